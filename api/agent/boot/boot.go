@@ -1,0 +1,61 @@
+// Package boot is the contract between a backend and the processes it starts from the
+// sbx binary: the hidden arguments that select a stage and the configuration each
+// stage receives. It holds data only.
+package boot
+
+// Hidden first arguments of the sbx binary. cmd/sbx dispatches on them before any
+// flag parsing, signal handling or goroutine starts.
+const (
+	// InitArg selects the jail's init stage (isolation/nsinit): it finishes
+	// containment inside the new namespaces, then execs the agent.
+	InitArg = "__sbx_init"
+	// AgentArg selects the in-sandbox agent. Its one further argument is
+	// AgentConfig as JSON.
+	AgentArg = "__sbx_agent"
+)
+
+// AgentConfig is what the agent needs to serve. It is visible to code in the
+// sandbox (/proc/1/cmdline), so it never holds a secret.
+type AgentConfig struct {
+	// SandboxID names the sandbox, for logs and the hostname.
+	SandboxID string `json:"sandbox_id"`
+	// ListenFD is an inherited, listening unix socket to serve on. Backends that
+	// jail the agent create the socket on the host side and pass the fd, so the
+	// sandbox never controls the path the daemon dials.
+	ListenFD int `json:"listen_fd,omitempty"`
+	// Listen is a unix socket path to create and serve on, used when ListenFD is 0.
+	Listen string `json:"listen,omitempty"`
+	// Root is the directory every file operation is confined to: "/" inside a jail
+	// (the mount namespace is the boundary), the workspace for the local backend.
+	// Paths on the wire are absolute paths within Root.
+	Root string `json:"root"`
+	// Workdir is the default cwd of processes and base of relative paths, as seen
+	// on the wire (within Root): "/workspace".
+	Workdir string `json:"workdir"`
+	// OutputDir is where the full output of a truncated exec is kept, as seen on
+	// the wire (within Root).
+	OutputDir string `json:"output_dir"`
+	// Env is the base environment of every process (PATH, HOME, LANG, ...).
+	Env []string `json:"env"`
+	// OutputLimitBytes is the default per-stream cap on output kept in a result.
+	OutputLimitBytes int64 `json:"output_limit_bytes"`
+	// SpillLimitBytes caps the full output saved per stream.
+	SpillLimitBytes int64 `json:"spill_limit_bytes"`
+	// CgroupFD, when > 0, is an inherited O_DIRECTORY fd of a cgroup v2 directory
+	// (the sandbox's own, in the unified hierarchy) under which the agent makes one
+	// group per process, so a kill reaches the whole tree through cgroup.kill.
+	CgroupFD int `json:"cgroup_fd,omitempty"`
+	// FreezerFD, when > 0 and CgroupFD is not, is the same for a cgroup v1 freezer
+	// directory: kill is freeze, SIGKILL every member, thaw.
+	FreezerFD int `json:"freezer_fd,omitempty"`
+	// OOMFD, when > 0, is an inherited fd of the sandbox's memory.events (v2) or
+	// memory.oom_control (v1); its oom_kill counter tells an OOM kill from others.
+	OOMFD int `json:"oom_fd,omitempty"`
+	// OOMFormat is "v2" or "v1" for OOMFD.
+	OOMFormat string `json:"oom_format,omitempty"`
+	// Subreaper makes the agent adopt orphans when it is not PID 1 (local backend).
+	Subreaper bool `json:"subreaper,omitempty"`
+	// LogFD, when > 0, receives the agent's own logs (JSON lines), kept apart from
+	// every process's stdout and stderr. Otherwise logs go to stderr.
+	LogFD int `json:"log_fd,omitempty"`
+}

@@ -1,0 +1,30 @@
+// Command sbx is the sandbox service: daemon, client, and the daemon's hidden stages.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/agent"
+	"sbx/internal/cli"
+	"sbx/internal/daemon"
+	"sbx/internal/isolation/nsinit"
+)
+
+func main() {
+	if len(os.Args) > 1 { // hidden stages first: before flags, signals, goroutines
+		switch os.Args[1] {
+		case boot.InitArg:
+			nsinit.Main() // never returns: ends in execve of the agent
+		case boot.AgentArg:
+			agent.Main() // never returns
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Run(ctx, os.Args[1:], daemon.Main) // daemon.Main becomes `sbx serve`
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,166 @@
+// Package backend is the seam between the manager and the ways sbx can isolate a
+// sandbox. A driver starts the in-sandbox agent somewhere isolated and hands back a
+// way to dial it; every tool is then served by the agent, whatever the driver.
+// Package backend knows nothing of the manager, store or servers.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"sbx/internal/sandbox"
+)
+
+// Driver runs sandboxes of one isolation kind. To the manager a sandbox is an
+// agent it can dial; how the agent is confined is the driver's affair.
+// Methods are safe for concurrent use on different sandboxes.
+type Driver interface {
+	// Probe says whether this host can run the driver, how strongly it isolates,
+	// and why not. It fails only when probing itself breaks.
+	Probe(ctx context.Context) (Report, error)
+	// Start builds the sandbox and starts its agent. On error nothing is left
+	// behind. If a layer in spec.RequireLayers cannot be applied, it fails with
+	// an error wrapping sandbox.ErrIsolation that names the layer and the reason.
+	Start(ctx context.Context, spec sandbox.Spec) (*Instance, error)
+	// Stop ends every process of the sandbox (the whole tree), SIGTERM first and
+	// SIGKILL after grace. The sandbox's files stay until Destroy.
+	Stop(ctx context.Context, id sandbox.ID, grace time.Duration) error
+	// Wait blocks until the sandbox's agent has exited, or ctx ends.
+	Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error)
+	// Destroy frees every host resource of the sandbox, killing what still runs.
+	// It is idempotent, safe after a failed Start, and runs every step even when
+	// one fails, returning them all joined.
+	Destroy(ctx context.Context, id sandbox.ID) error
+	// Recover reattaches to a sandbox started before the daemon restarted, from
+	// Instance.Saved. It fails with sandbox.ErrNotFound when the sandbox is gone
+	// (its resources may remain: call Destroy).
+	Recover(ctx context.Context, id sandbox.ID, saved []byte) (*Instance, error)
+}
+
+// Instance is a started sandbox as its driver hands it to the manager.
+type Instance struct {
+	ID sandbox.ID
+	// Dial reaches the agent. Each call opens a new connection.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Applied is what is enforced, not what was asked.
+	Applied sandbox.Isolation
+	// Saved is driver-private; the manager stores it and passes it to Recover.
+	Saved []byte
+}
+
+// Pauser is implemented by drivers that can freeze a sandbox in place.
+type Pauser interface {
+	Pause(ctx context.Context, id sandbox.ID) error
+	Resume(ctx context.Context, id sandbox.ID) error
+}
+
+// Stats is the resource use of one sandbox.
+type Stats struct {
+	MemoryBytes     int64
+	MemoryPeakBytes int64
+	Pids            int64
+	CPUUsage        time.Duration
+	OOMKills        int64
+}
+
+// Statser is implemented by drivers that can read a sandbox's resource use.
+type Statser interface {
+	Stats(ctx context.Context, id sandbox.ID) (Stats, error)
+}
+
+// Lister is implemented by drivers that can enumerate the sandboxes they hold
+// host resources for, so the daemon can reap what its store does not know.
+type Lister interface {
+	ListHeld(ctx context.Context) ([]sandbox.ID, error)
+}
+
+// Report is the result of a Probe.
+type Report struct {
+	Backend   string
+	Available bool
+	// Level is the isolation tier a sandbox gets here ("native", "none", ...).
+	Level string
+	// Sandbox is false for backends that do not isolate (local).
+	Sandbox bool
+	// Layers is what this host can apply.
+	Layers map[string]sandbox.LayerState
+	Checks []Check
+}
+
+// Check is one requirement a probe tested.
+type Check struct {
+	Name string
+	OK   bool
+	// Reason is why not, in words an operator can act on.
+	Reason string
+}
+
+// Reasons returns the reasons of the failed checks.
+func (r Report) Reasons() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c.Name+": "+c.Reason)
+		}
+	}
+	return out
+}
+
+// Options are what every driver is opened with.
+type Options struct {
+	// DataDir is the driver's own directory under the daemon's data dir.
+	DataDir string
+	// Instance is the daemon instance's short name: every host resource the
+	// driver creates carries it, so two daemons never touch each other's.
+	Instance string
+	// Exe is the path of the sbx binary to start the hidden stages from.
+	Exe string
+	Log *slog.Logger
+	// OutputLimitBytes and SpillLimitBytes are passed to the agent.
+	OutputLimitBytes int64
+	SpillLimitBytes  int64
+}
+
+// Opener opens a driver.
+type Opener func(ctx context.Context, opts Options) (Driver, error)
+
+var (
+	mu       sync.Mutex
+	registry = map[string]Opener{} // guarded by mu
+)
+
+// Register makes a driver available by name. It panics on a duplicate name;
+// backend/builtin calls it for every driver compiled in.
+func Register(name string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("backend: driver %q registered twice", name))
+	}
+	registry[name] = open
+}
+
+// Lookup returns the opener of the named driver.
+func Lookup(name string) (Opener, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	o, ok := registry[name]
+	return o, ok
+}
+
+// Names lists the registered drivers, sorted.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var out []string
+	for n := range registry {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}

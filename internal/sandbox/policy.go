@@ -1,0 +1,233 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+const (
+	MiB = 1 << 20
+	GiB = 1 << 30
+)
+
+// Policy is the operator's bounds on every request: defaults fill what a caller
+// leaves out, ceilings refuse what it asks beyond them.
+type Policy struct {
+	DefaultTTL time.Duration `json:"default_ttl"`
+	MaxTTL     time.Duration `json:"max_ttl"`
+
+	DefaultMemoryBytes int64 `json:"default_memory_bytes"`
+	MaxMemoryBytes     int64 `json:"max_memory_bytes"`
+	// MinMemoryBytes is what the agent itself needs to serve.
+	MinMemoryBytes int64 `json:"min_memory_bytes"`
+
+	DefaultMilliCPUs int64 `json:"default_milli_cpus"`
+	MaxMilliCPUs     int64 `json:"max_milli_cpus"`
+
+	DefaultPids int64 `json:"default_pids"`
+	MaxPids     int64 `json:"max_pids"`
+	MinPids     int64 `json:"min_pids"`
+
+	DefaultDiskBytes int64 `json:"default_disk_bytes"`
+	MaxDiskBytes     int64 `json:"max_disk_bytes"`
+
+	// Networks are the tiers a caller may ask for; the first is the default.
+	Networks []Network `json:"networks"`
+
+	DefaultExecTimeout time.Duration `json:"default_exec_timeout"`
+	MaxExecTimeout     time.Duration `json:"max_exec_timeout"`
+	// OutputLimitBytes is the per-stream cap of an exec result.
+	OutputLimitBytes int64 `json:"output_limit_bytes"`
+
+	Templates []string `json:"templates"`
+	// RequireLayers must be applied, unless named in AllowMissing.
+	RequireLayers []string `json:"require_layers"`
+	AllowMissing  []string `json:"allow_missing"`
+}
+
+// DefaultPolicy returns the strict defaults.
+func DefaultPolicy() Policy {
+	return Policy{
+		DefaultTTL:         300 * time.Second,
+		MaxTTL:             24 * time.Hour,
+		DefaultMemoryBytes: 512 * MiB,
+		MaxMemoryBytes:     8 * GiB,
+		MinMemoryBytes:     32 * MiB,
+		DefaultMilliCPUs:   1000,
+		MaxMilliCPUs:       16000,
+		DefaultPids:        512,
+		MaxPids:            32768,
+		MinPids:            16,
+		DefaultDiskBytes:   1 * GiB,
+		MaxDiskBytes:       64 * GiB,
+		Networks:           []Network{NetworkNone},
+		DefaultExecTimeout: 60 * time.Second,
+		MaxExecTimeout:     3600 * time.Second,
+		OutputLimitBytes:   1 * MiB,
+		Templates:          []string{TemplateHost},
+		RequireLayers: []string{
+			LayerPidNS, LayerMntNS, LayerNetNS, LayerUTSNS, LayerIPCNS, LayerCgroupNS,
+			LayerCgroup, LayerCaps, LayerRlimits, LayerCloseFDs, LayerNNP,
+		},
+	}
+}
+
+// Check reports every inconsistency in the policy, each naming its field.
+func (p Policy) Check() error {
+	var errs []error
+	pair := func(name string, def, max, min int64) {
+		if def < min || def > max {
+			errs = append(errs, fmt.Errorf("policy.default_%s: %d is outside [%d, %d]", name, def, min, max))
+		}
+	}
+	pair("memory_bytes", p.DefaultMemoryBytes, p.MaxMemoryBytes, p.MinMemoryBytes)
+	pair("pids", p.DefaultPids, p.MaxPids, p.MinPids)
+	pair("milli_cpus", p.DefaultMilliCPUs, p.MaxMilliCPUs, 1)
+	pair("disk_bytes", p.DefaultDiskBytes, p.MaxDiskBytes, 0)
+	if p.DefaultTTL <= 0 || p.DefaultTTL > p.MaxTTL {
+		errs = append(errs, fmt.Errorf("policy.default_ttl: %s is outside (0, %s]", p.DefaultTTL, p.MaxTTL))
+	}
+	if p.DefaultExecTimeout <= 0 || p.DefaultExecTimeout > p.MaxExecTimeout {
+		errs = append(errs, fmt.Errorf("policy.default_exec_timeout: %s is outside (0, %s]", p.DefaultExecTimeout, p.MaxExecTimeout))
+	}
+	if len(p.Networks) == 0 {
+		errs = append(errs, errors.New("policy.networks: empty"))
+	}
+	if len(p.Templates) == 0 {
+		errs = append(errs, errors.New("policy.templates: empty"))
+	}
+	for _, l := range append(slices.Clone(p.RequireLayers), p.AllowMissing...) {
+		if !slices.Contains(AllLayers, l) {
+			errs = append(errs, fmt.Errorf("policy: unknown isolation layer %q", l))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Admit checks req against the ceilings and fills defaults. Errors wrap ErrInvalid
+// and name the field and the bound, in the caller's units.
+func (p Policy) Admit(req CreateRequest) (Spec, error) {
+	s := Spec{
+		Template:    req.Template,
+		TTL:         req.Timeout,
+		MemoryBytes: req.MemoryBytes,
+		MilliCPUs:   req.MilliCPUs,
+		Pids:        req.Pids,
+		DiskBytes:   req.DiskBytes,
+		Network:     req.Network,
+		Labels:      maps.Clone(req.Labels),
+		Env:         maps.Clone(req.Env),
+	}
+	var errs []error
+	if s.Template == "" {
+		s.Template = p.Templates[0]
+	} else if !slices.Contains(p.Templates, s.Template) {
+		errs = append(errs, Invalid("template", "%q is not one of %v", s.Template, p.Templates))
+	}
+	switch {
+	case s.TTL == 0:
+		s.TTL = p.DefaultTTL
+	case s.TTL < time.Second || s.TTL > p.MaxTTL:
+		errs = append(errs, Invalid("timeout", "%d s is outside [1, %d] s", int64(s.TTL/time.Second), int64(p.MaxTTL/time.Second)))
+	}
+	switch {
+	case s.MemoryBytes == 0:
+		s.MemoryBytes = p.DefaultMemoryBytes
+	case s.MemoryBytes < p.MinMemoryBytes:
+		errs = append(errs, Invalid("memory_mb", "%d MB is below the %d MB the sandbox's agent needs", s.MemoryBytes/MiB, p.MinMemoryBytes/MiB))
+	case s.MemoryBytes > p.MaxMemoryBytes:
+		errs = append(errs, Invalid("memory_mb", "%d MB is above the limit of %d MB", s.MemoryBytes/MiB, p.MaxMemoryBytes/MiB))
+	}
+	switch {
+	case s.MilliCPUs == 0:
+		s.MilliCPUs = p.DefaultMilliCPUs
+	case s.MilliCPUs < 10 || s.MilliCPUs > p.MaxMilliCPUs:
+		errs = append(errs, Invalid("cpus", "%.2f is outside [0.01, %.2f]", float64(s.MilliCPUs)/1000, float64(p.MaxMilliCPUs)/1000))
+	}
+	switch {
+	case s.Pids == 0:
+		s.Pids = p.DefaultPids
+	case s.Pids < p.MinPids || s.Pids > p.MaxPids:
+		errs = append(errs, Invalid("pids", "%d is outside [%d, %d]", s.Pids, p.MinPids, p.MaxPids))
+	}
+	switch {
+	case s.DiskBytes == 0:
+		s.DiskBytes = p.DefaultDiskBytes
+	case s.DiskBytes < 0 || s.DiskBytes > p.MaxDiskBytes:
+		errs = append(errs, Invalid("disk_mb", "%d MB is outside [1, %d] MB", s.DiskBytes/MiB, p.MaxDiskBytes/MiB))
+	}
+	if s.Network == "" {
+		s.Network = p.Networks[0]
+	} else if !slices.Contains(p.Networks, s.Network) {
+		errs = append(errs, Invalid("network", "%q is not allowed here (allowed: %v)", s.Network, p.Networks))
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > 63 || len(v) > 255 {
+			errs = append(errs, Invalid("labels", "label %q: keys are 1-63 bytes, values at most 255", truncate(k, 80)))
+		}
+	}
+	if len(s.Labels) > 64 {
+		errs = append(errs, Invalid("labels", "%d labels, at most 64", len(s.Labels)))
+	}
+	for k := range s.Env {
+		if !validEnvName(k) {
+			errs = append(errs, Invalid("env", "%q is not a valid variable name", truncate(k, 80)))
+		}
+	}
+	for _, l := range p.RequireLayers {
+		if !slices.Contains(p.AllowMissing, l) {
+			s.RequireLayers = append(s.RequireLayers, l)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// AdmitExec checks an exec request and fills its timeout. timeout 0 means default;
+// wire layers reject an explicit 0 before calling (it is not a valid value there).
+func (p Policy) AdmitExec(req ExecRequest) (ExecRequest, error) {
+	var errs []error
+	if (len(req.Argv) == 0) == (req.Shell == "") {
+		errs = append(errs, Invalid("command", "give either argv or a shell command, not both or neither"))
+	}
+	if len(req.Argv) > 0 && req.Argv[0] == "" {
+		errs = append(errs, Invalid("command", "argv[0] is empty"))
+	}
+	switch {
+	case req.Timeout == 0:
+		req.Timeout = p.DefaultExecTimeout
+	case req.Timeout < 0 || req.Timeout > p.MaxExecTimeout:
+		errs = append(errs, Invalid("timeout", "%d s is outside [1, %d] s", int64(req.Timeout/time.Second), int64(p.MaxExecTimeout/time.Second)))
+	}
+	for k := range req.Env {
+		if !validEnvName(k) {
+			errs = append(errs, Invalid("env", "%q is not a valid variable name", truncate(k, 80)))
+		}
+	}
+	if req.OutputLimitBytes == 0 {
+		req.OutputLimitBytes = p.OutputLimitBytes
+	} else if req.OutputLimitBytes < 1024 || req.OutputLimitBytes > 64*MiB {
+		errs = append(errs, Invalid("output_limit_bytes", "%d is outside [1024, %d]", req.OutputLimitBytes, 64*MiB))
+	}
+	return req, errors.Join(errs...)
+}
+
+func validEnvName(k string) bool {
+	if k == "" || len(k) > 255 {
+		return false
+	}
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

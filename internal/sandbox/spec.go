@@ -1,0 +1,46 @@
+package sandbox
+
+import "time"
+
+// Network is a sandbox's network tier.
+type Network string
+
+const (
+	NetworkNone      Network = "none"      // loopback only
+	NetworkAllowlist Network = "allowlist" // through the egress proxy, listed hosts only
+	NetworkFull      Network = "full"      // through the egress proxy, any host
+)
+
+// CreateRequest is what a caller asks for. Zero fields take the policy's defaults.
+type CreateRequest struct {
+	Template    string
+	Timeout     time.Duration // TTL; 0 means the default
+	MemoryBytes int64
+	MilliCPUs   int64
+	Pids        int64
+	DiskBytes   int64
+	Network     Network
+	Labels      map[string]string
+	Env         map[string]string
+}
+
+// Spec is an admitted request: every field is set and within the policy's
+// ceilings. Drivers translate it into their own form; wire types never reach them.
+type Spec struct {
+	ID          ID
+	Template    string
+	TTL         time.Duration
+	MemoryBytes int64
+	MilliCPUs   int64 // 1000 = one core
+	Pids        int64
+	DiskBytes   int64
+	Network     Network
+	Labels      map[string]string
+	Env         map[string]string
+	// RequireLayers are the isolation layers that must be applied; a driver that
+	// cannot apply one fails Start with ErrIsolation naming it.
+	RequireLayers []string
+}
+
+// Template names.
+const TemplateHost = "host" // a read-only view of the host's /usr, /etc (minus secrets), /lib*, /bin, /sbin
