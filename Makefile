@@ -1,0 +1,61 @@
+# sbx: one binary. `make run` builds and starts the daemon on embedded defaults;
+# `make test` installs what the tests need and runs them (as root: the jail tests
+# use real namespaces, cgroups and overlayfs).
+
+GO      ?= go
+BIN     := bin/sbx
+GOFLAGS ?=
+export GOFLAGS
+
+.PHONY: all build run test test-unit test-e2e test-security deps deps-test bench soak generate check-generated vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sbx
+
+# Starts `sbx serve` on the defaults: native backend, SQLite store in /var/lib/sbx
+# (as root), 127.0.0.1:7070 and <data-dir>/sbx.sock.
+run: build
+	./$(BIN) serve
+
+# Debian packages the tests (and the bench's peer) need, then Go modules.
+deps:
+	./scripts/deps.sh
+
+test: deps vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-unit: vet
+	$(GO) test -count=1 -short ./...
+
+test-e2e: build
+	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
+
+# The attack catalogue rows implemented so far (SECURITY.md §5).
+test-security: build
+	$(GO) test -count=1 -v -timeout 20m -run 'Security|Attack' ./...
+
+bench: deps build
+	./scripts/bench.sh
+
+soak: build
+	SBX_SOAK=1 $(GO) test -count=1 -v -timeout 2h -run Soak ./test/e2e/...
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bin/protoc-gen-go bin/protoc-gen-connect-go:
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	$(GO) build -o bin/protoc-gen-connect-go connectrpc.com/connect/cmd/protoc-gen-connect-go
+
+generate: bin/protoc-gen-go bin/protoc-gen-connect-go
+	cd api/agent && $(GO) generate ./...
+
+# CI: regenerating must not change checked-in code.
+check-generated: generate
+	git diff --exit-code -- api/
+
+clean:
+	rm -rf bin

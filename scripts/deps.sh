@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs what `make test` and `make bench` need on a fresh Debian machine, then the
+# Go modules. Idempotent: does nothing that is already done.
+set -eu
+need=""
+command -v bwrap >/dev/null 2>&1 || need="$need bubblewrap"
+command -v protoc >/dev/null 2>&1 || need="$need protobuf-compiler"
+[ -e /usr/include/google/protobuf/timestamp.proto ] || need="$need libprotobuf-dev"
+command -v python3 >/dev/null 2>&1 || need="$need python3"
+command -v ip >/dev/null 2>&1 || need="$need iproute2"
+command -v ps >/dev/null 2>&1 || need="$need procps"
+if [ -n "$need" ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "deps: need root to install:$need" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $need >/dev/null
+fi
+go mod download
