@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// What the jail shows from inside, each with a control where one makes sense.
+func TestJailView(t *testing.T) {
+	d := sharedDaemon(t)
+	id := d.create(map[string]any{"memory_mb": 128, "pids": 64})
+	defer d.api("DELETE", "/v1/sandboxes/"+id, nil)
+
+	// PR-01: only the sandbox's own processes; PID 1 is sbx.
+	r := d.sh(id, "ls -d /proc/[0-9]* | wc -l; cat /proc/1/cmdline | tr '\\0' ' '")
+	lines := strings.SplitN(strings.TrimSpace(r.Stdout), "\n", 2)
+	if len(lines) != 2 || !strings.Contains(lines[1], "__sbx_agent") {
+		t.Errorf("pid 1 is not the agent: %q", r.Stdout)
+	}
+	if n := strings.TrimSpace(lines[0]); n == "" || len(n) > 1 {
+		t.Errorf("sandbox sees %s processes; want a handful", n)
+	}
+	if r := d.sh(id, "hostname"); strings.TrimSpace(r.Stdout) != id {
+		t.Errorf("hostname = %q, want %s", r.Stdout, id)
+	}
+	if r := d.sh(id, "pwd"); strings.TrimSpace(r.Stdout) != "/workspace" {
+		t.Errorf("default cwd = %q, want /workspace", r.Stdout)
+	}
+	// Loopback only.
+	if r := d.sh(id, "ls /sys/class/net 2>/dev/null || cat /proc/net/dev"); strings.Contains(r.Stdout, "eth") || strings.Contains(r.Stdout, "veth") {
+		t.Errorf("network interfaces beyond lo: %q", r.Stdout)
+	}
+	// Writes to the system view land in the sandbox's own layer.
+	hostBefore, _ := os.ReadFile("/etc/hostname")
+	if r := d.sh(id, "echo changed > /etc/hostname && cat /etc/hostname"); strings.TrimSpace(r.Stdout) != "changed" {
+		t.Errorf("writing the sandbox's /etc: %+v", r)
+	}
+	if hostAfter, _ := os.ReadFile("/etc/hostname"); string(hostAfter) != string(hostBefore) {
+		t.Fatalf("a write in the sandbox changed the host's /etc/hostname")
+	}
+	// Secrets of the host are not in the view; the file next to it is (control).
+	if r := d.sh(id, "test -e /etc/shadow"); r.ExitCode == 0 {
+		t.Errorf("/etc/shadow is visible in the sandbox")
+	}
+	if r := d.sh(id, "test -e /etc/passwd"); r.ExitCode != 0 {
+		t.Errorf("control: /etc/passwd missing in the sandbox")
+	}
+	// The binary the agent runs cannot be opened for writing.
+	if r := d.sh(id, "echo x >> /proc/1/exe"); r.ExitCode == 0 {
+		t.Errorf("the agent's binary was writable through /proc/1/exe")
+	}
+	if r := d.sh(id, "echo x > /proc/sys/kernel/hostname"); r.ExitCode == 0 {
+		t.Errorf("/proc/sys is writable")
+	}
+	// The pids limit holds inside (the exec itself survives and reports).
+	r = d.exec(id, map[string]any{"command": "for i in $(seq 200); do sleep 30 & done 2>/dev/null; sleep 1; ls -d /proc/[0-9]* | wc -l", "timeout": 20})
+	if n := strings.TrimSpace(r.Stdout); n != "" && len(n) > 0 {
+		if c := atoi(n); c > 64 {
+			t.Errorf("%d processes alive under a pids limit of 64", c)
+		}
+	}
+	var sb struct {
+		Isolation struct {
+			Level  string
+			Cgroup string
+			Layers map[string]string
+		}
+	}
+	_, b := d.api("GET", "/v1/sandboxes/"+id, nil)
+	json.Unmarshal(b, &sb)
+	for _, l := range []string{"pidns", "mntns", "netns", "utsns", "ipcns", "cgroupns", "cgroup", "caps", "nnp"} {
+		if sb.Isolation.Layers[l] != "applied" {
+			t.Errorf("layer %s = %q, want applied", l, sb.Isolation.Layers[l])
+		}
+	}
+}
+
+func TestOOMIsReported(t *testing.T) {
+	d := sharedDaemon(t)
+	id := d.create(map[string]any{"memory_mb": 64})
+	defer d.api("DELETE", "/v1/sandboxes/"+id, nil)
+	r := d.exec(id, map[string]any{"command": "python3 -c 'x = bytearray(512 << 20); print(len(x))'", "timeout": 60})
+	if r.Reason != "oom" {
+		t.Errorf("memory bomb: reason %q exit %d stderr %q, want oom", r.Reason, r.ExitCode, r.Stderr)
+	}
+	// The sandbox survives its own OOM.
+	if r := d.sh(id, "echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("after OOM: %+v", r)
+	}
+}
+
+func TestTTLExpiresAndExtends(t *testing.T) {
+	d := sharedDaemon(t)
+	id := d.create(map[string]any{"timeout": 2})
+	keep := d.create(map[string]any{"timeout": 2})
+	defer d.api("DELETE", "/v1/sandboxes/"+keep, nil)
+	if st, b := d.api("PATCH", "/v1/sandboxes/"+keep, map[string]any{"timeout": 600}); st != 200 {
+		t.Fatalf("PATCH timeout = %d %s", st, b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := d.api("GET", "/v1/sandboxes/"+id, nil)
+		if st == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox with a 2 s TTL still there after 30 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st, _ := d.api("GET", "/v1/sandboxes/"+keep, nil); st != 200 {
+		t.Errorf("extended sandbox = %d, want 200", st)
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return n
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var idShape = regexp.MustCompile(`^[a-z2-7]{26}$`)
+
+// auditLeaks checks the host, not the daemon, for anything a sandbox of this
+// instance left behind: cgroups, mounts, processes, sandbox directories. It polls
+// for a few seconds, because some teardown (network namespaces) is asynchronous.
+func auditLeaks(t *testing.T, dataDir, instance string) {
+	t.Helper()
+	var found []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		found = leaks(dataDir, instance)
+		if len(found) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, f := range found {
+		t.Errorf("leak: %s", f)
+	}
+}
+
+func leaks(dataDir, instance string) []string {
+	var out []string
+	if instance != "" {
+		hier, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + instance)
+		if fi, err := os.Stat("/sys/fs/cgroup/sbx/" + instance); err == nil && fi.IsDir() {
+			hier = append(hier, "/sys/fs/cgroup/sbx/"+instance)
+		}
+		for _, h := range hier {
+			ents, _ := os.ReadDir(h)
+			for _, e := range ents {
+				if e.IsDir() {
+					out = append(out, "cgroup "+filepath.Join(h, e.Name()))
+				}
+			}
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), "/sbx/"+instance+"/") {
+				cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+				out = append(out, "process "+filepath.Dir(p)+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+			}
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(mi), "\n") {
+			if strings.Contains(l, dataDir) {
+				out = append(out, "mount "+l)
+			}
+		}
+	}
+	filepath.WalkDir(dataDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(dataDir, path)
+		if strings.Count(rel, string(filepath.Separator)) > 3 {
+			return filepath.SkipDir
+		}
+		if d.IsDir() && idShape.MatchString(d.Name()) {
+			out = append(out, "directory "+path)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
