@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// bwrapArgs is a one-shot bubblewrap sandbox comparable to sbx's jail: every
+// namespace, read-only system dirs, fresh /proc, minimal /dev, tmpfs /tmp.
+func bwrapArgs(argv ...string) []string {
+	args := []string{
+		"--unshare-all", "--die-with-parent", "--new-session",
+		"--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/",
+	}
+	for _, d := range []string{"bin", "lib", "lib64", "sbin"} {
+		p := "/" + d
+		if target, err := os.Readlink(p); err == nil {
+			args = append(args, "--symlink", target, p)
+		} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	return append(args, argv...)
+}
+
+// runBwrap runs argv once in a fresh bubblewrap sandbox and returns how long the
+// whole thing took.
+func runBwrap(ctx context.Context, bwrap string, argv ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, bwrap, bwrapArgs(argv...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("bwrap %v: %w: %s", argv, err, strings.TrimSpace(stderr.String()))
+	}
+	return time.Since(start), nil
+}
+
+// memory of one process, in bytes.
+type memory struct {
+	RSS, PSS, USS int64
+}
+
+// readMemory reads /proc/<pid>/smaps_rollup: RSS, PSS, and USS (private pages).
+func readMemory(pid int) (memory, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return memory{}, err
+	}
+	defer f.Close()
+	var m memory
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "Rss:":
+			m.RSS = kb << 10
+		case "Pss:":
+			m.PSS = kb << 10
+		case "Private_Clean:", "Private_Dirty:":
+			m.USS += kb << 10
+		}
+	}
+	return m, sc.Err()
+}
+
+// agentPID finds the agent of sandbox id through its cgroup (the agent is the
+// process whose argv names the agent stage). It returns 0 when none is visible.
+func agentPID(id string) int {
+	var files []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*/" + id + "/cgroup.procs", "/sys/fs/cgroup/sbx/*/" + id + "/cgroup.procs"} {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(line)
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if bytes.Contains(cmd, []byte("__sbx_agent")) {
+				return pid
+			}
+		}
+	}
+	return 0
+}
