@@ -1,0 +1,333 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// API is what the benchmark needs of a daemon.
+type API interface {
+	Create(ctx context.Context) (id string, err error)
+	// Exec runs argv in sandbox id and returns its exit code.
+	Exec(ctx context.Context, id string, argv []string) (int, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// Options size the run.
+type Options struct {
+	Runs        int // samples per latency figure (after warm-up)
+	Warmup      int
+	Concurrency int // workers for the throughput figure
+	Cycles      int // create+exec+destroy cycles for the throughput figure
+	Idle        int // idle sandboxes for the memory figures
+	// DaemonPID is the daemon's pid, for its RSS; 0 skips that figure.
+	DaemonPID int
+	// Progress receives one line per phase; nil for none.
+	Progress io.Writer
+}
+
+// Report is the whole result, stable as JSON.
+type Report struct {
+	Backend string `json:"backend"`
+	// ColdStart is create → first exec (`true`) done.
+	ColdStart Summary `json:"cold_start"`
+	// Exec is one exec of `true` in a live sandbox.
+	Exec Summary `json:"exec"`
+	// Throughput is create+exec+destroy cycles per second with Concurrency workers.
+	Throughput float64 `json:"cycles_per_second"`
+	// BwrapOneShot is `true` in a fresh bubblewrap sandbox, the peer of ColdStart.
+	BwrapOneShot *Summary `json:"bwrap_one_shot,omitempty"`
+	// BwrapThroughput is one-shot bubblewrap runs per second with Concurrency workers.
+	BwrapThroughput float64 `json:"bwrap_runs_per_second,omitempty"`
+	// Memory with Idle idle sandboxes.
+	IdleSandboxes     int     `json:"idle_sandboxes"`
+	DaemonRSSMB       float64 `json:"daemon_rss_mb,omitempty"`
+	AgentRSSMB        float64 `json:"agent_rss_mb,omitempty"`
+	AgentPSSMB        float64 `json:"agent_pss_mb,omitempty"`
+	AgentUSSMB        float64 `json:"agent_uss_mb,omitempty"`
+	Concurrency       int     `json:"concurrency"`
+	BwrapUnavailable  string  `json:"bwrap_unavailable,omitempty"`
+	MemoryUnavailable string  `json:"memory_unavailable,omitempty"`
+}
+
+func (o *Options) defaults() {
+	if o.Runs <= 0 {
+		o.Runs = 200
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = 20
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.Cycles <= 0 {
+		o.Cycles = 300
+	}
+	if o.Idle < 0 {
+		o.Idle = 0
+	}
+}
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+var trueArgv = []string{"true"}
+
+// Run measures every figure. Sandboxes it makes are deleted before it returns.
+func Run(ctx context.Context, api API, opts Options) (Report, error) {
+	opts.defaults()
+	rep := Report{Concurrency: opts.Concurrency, IdleSandboxes: opts.Idle}
+
+	opts.progress("cold start: %d warm-up + %d runs of create → exec true", opts.Warmup, opts.Runs)
+	cold := make([]time.Duration, 0, opts.Runs)
+	for i := range opts.Warmup + opts.Runs {
+		d, err := coldStart(ctx, api)
+		if err != nil {
+			return rep, err
+		}
+		if i >= opts.Warmup {
+			cold = append(cold, d)
+		}
+	}
+	rep.ColdStart = summarize(cold)
+
+	opts.progress("exec in a live sandbox: %d warm-up + %d runs of true", opts.Warmup, opts.Runs)
+	id, err := api.Create(ctx)
+	if err != nil {
+		return rep, err
+	}
+	execs := make([]time.Duration, 0, opts.Runs)
+	for i := range opts.Warmup + opts.Runs {
+		start := time.Now()
+		if err := mustExec(ctx, api, id); err != nil {
+			api.Delete(context.WithoutCancel(ctx), id)
+			return rep, err
+		}
+		if i >= opts.Warmup {
+			execs = append(execs, time.Since(start))
+		}
+	}
+	api.Delete(ctx, id)
+	rep.Exec = summarize(execs)
+
+	opts.progress("throughput: %d create+exec+destroy cycles, %d workers", opts.Cycles, opts.Concurrency)
+	rate, err := parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
+		_, err := coldStartAndDelete(ctx, api)
+		return err
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.Throughput = rate
+
+	if bwrap, err := exec.LookPath("bwrap"); err != nil {
+		rep.BwrapUnavailable = "bwrap not installed (Debian package bubblewrap)"
+	} else {
+		opts.progress("bwrap: %d warm-up + %d one-shot runs of true, then %d runs with %d workers", opts.Warmup, opts.Runs, opts.Cycles, opts.Concurrency)
+		var bw []time.Duration
+		for i := range opts.Warmup + opts.Runs {
+			d, err := runBwrap(ctx, bwrap, trueArgv...)
+			if err != nil {
+				rep.BwrapUnavailable = err.Error()
+				break
+			}
+			if i >= opts.Warmup {
+				bw = append(bw, d)
+			}
+		}
+		if rep.BwrapUnavailable == "" {
+			s := summarize(bw)
+			rep.BwrapOneShot = &s
+			rep.BwrapThroughput, _ = parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
+				_, err := runBwrap(ctx, bwrap, trueArgv...)
+				return err
+			})
+		}
+	}
+
+	if opts.Idle > 0 {
+		opts.progress("memory: %d idle sandboxes", opts.Idle)
+		if err := idleMemory(ctx, api, &opts, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func mustExec(ctx context.Context, api API, id string) error {
+	code, err := api.Exec(ctx, id, trueArgv)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("exec true in %s exited %d", id, code)
+	}
+	return nil
+}
+
+// coldStart times create → first exec done; the delete is not timed.
+func coldStart(ctx context.Context, api API) (time.Duration, error) {
+	d, id, err := timedCreateExec(ctx, api)
+	if id != "" {
+		if derr := api.Delete(context.WithoutCancel(ctx), id); err == nil {
+			err = derr
+		}
+	}
+	return d, err
+}
+
+func coldStartAndDelete(ctx context.Context, api API) (time.Duration, error) {
+	return coldStart(ctx, api)
+}
+
+func timedCreateExec(ctx context.Context, api API) (time.Duration, string, error) {
+	start := time.Now()
+	id, err := api.Create(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	if err := mustExec(ctx, api, id); err != nil {
+		return 0, id, err
+	}
+	return time.Since(start), id, nil
+}
+
+// parallel runs n calls of f over workers goroutines and returns calls per second.
+func parallel(ctx context.Context, workers, n int, f func() error) (float64, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if ctx.Err() != nil {
+					errs[w] = ctx.Err()
+					return
+				}
+				if err := f(); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func idleMemory(ctx context.Context, api API, opts *Options, rep *Report) error {
+	ids := make([]string, 0, opts.Idle)
+	defer func() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, opts.Concurrency)
+		for _, id := range ids {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				api.Delete(context.WithoutCancel(ctx), id)
+			})
+		}
+		wg.Wait()
+	}()
+	for range opts.Idle {
+		id, err := api.Create(ctx)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	// Let every agent settle into idle (its first GC, its first exec done).
+	for _, id := range ids {
+		if err := mustExec(ctx, api, id); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if opts.DaemonPID > 0 {
+		if m, err := readMemory(opts.DaemonPID); err == nil {
+			rep.DaemonRSSMB = mb(m.RSS)
+		}
+	}
+	var sum memory
+	n := 0
+	for _, id := range ids {
+		pid := agentPID(id)
+		if pid == 0 {
+			continue
+		}
+		m, err := readMemory(pid)
+		if err != nil {
+			continue
+		}
+		sum.RSS += m.RSS
+		sum.PSS += m.PSS
+		sum.USS += m.USS
+		n++
+	}
+	if n == 0 {
+		rep.MemoryUnavailable = "no agent process visible from here (is the daemon on this host, with a cgroup backend?)"
+		return nil
+	}
+	rep.AgentRSSMB = mb(sum.RSS / int64(n))
+	rep.AgentPSSMB = mb(sum.PSS / int64(n))
+	rep.AgentUSSMB = mb(sum.USS / int64(n))
+	return nil
+}
+
+func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// WriteTable prints the report as a table with the peers' figures and ratios.
+func (r Report) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tsbx (%s)\tp90\tp99\tbwrap\tsbx/bwrap\ttarget\n", r.Backend)
+	bw := func(f func(Summary) float64) (string, string) {
+		if r.BwrapOneShot == nil {
+			return "n/a", "n/a"
+		}
+		return fmt.Sprintf("%.2f ms", f(*r.BwrapOneShot)), ""
+	}
+	b50, _ := bw(func(s Summary) float64 { return s.P50MS })
+	ratio := "n/a"
+	if r.BwrapOneShot != nil && r.BwrapOneShot.P50MS > 0 {
+		ratio = fmt.Sprintf("%.2fx", r.ColdStart.P50MS/r.BwrapOneShot.P50MS)
+	}
+	fmt.Fprintf(tw, "create → first exec, p50\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t%s\t≤ 20 ms and ≤ 1.0x bwrap\n",
+		r.ColdStart.P50MS, r.ColdStart.P90MS, r.ColdStart.P99MS, b50, ratio)
+	eratio := "n/a"
+	if r.BwrapOneShot != nil && r.BwrapOneShot.P50MS > 0 {
+		eratio = fmt.Sprintf("%.2fx", r.Exec.P50MS/r.BwrapOneShot.P50MS)
+	}
+	fmt.Fprintf(tw, "exec in live sandbox, p50\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t%s\t≤ 3 ms\n",
+		r.Exec.P50MS, r.Exec.P90MS, r.Exec.P99MS, b50, eratio)
+	tratio, bt := "n/a", "n/a"
+	if r.BwrapThroughput > 0 {
+		bt = fmt.Sprintf("%.1f /s", r.BwrapThroughput)
+		tratio = fmt.Sprintf("%.2fx", r.Throughput/r.BwrapThroughput)
+	}
+	fmt.Fprintf(tw, "create+exec+destroy (%d workers)\t%.1f /s\t\t\t%s\t%s\t≥ 100 /s\n", r.Concurrency, r.Throughput, bt, tratio)
+	if r.IdleSandboxes > 0 {
+		fmt.Fprintf(tw, "daemon RSS, %d idle sandboxes\t%.1f MB\t\t\t\t\t≤ 50 MB\n", r.IdleSandboxes, r.DaemonRSSMB)
+		fmt.Fprintf(tw, "agent per idle sandbox (PSS / USS / RSS)\t%.2f / %.2f / %.2f MB\t\t\t\t\t≤ 3 MB\n", r.AgentPSSMB, r.AgentUSSMB, r.AgentRSSMB)
+	}
+	tw.Flush()
+	if r.BwrapUnavailable != "" {
+		fmt.Fprintf(w, "bwrap: %s\n", r.BwrapUnavailable)
+	}
+	if r.MemoryUnavailable != "" {
+		fmt.Fprintf(w, "memory: %s\n", r.MemoryUnavailable)
+	}
+}
