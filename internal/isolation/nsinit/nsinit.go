@@ -3,5 +3,49 @@
 // agent. It knows nothing of sandboxes beyond the plan it is handed.
 package nsinit
 
-// Main runs the init stage. It never returns.
-func Main() { panic("unimplemented") }
+import (
+	"sbx/internal/isolation/mount"
+)
+
+// File descriptors of the init stage. The parent passes them as its first extra
+// files, in this order.
+const (
+	// PlanFD is the read end of a pipe carrying the Plan as JSON. The parent
+	// writes it only once the child is in all its cgroups, so reading it to EOF is
+	// also the wait for that.
+	PlanFD = 3
+	// StatusFD is the write end of a pipe on which init writes why it failed.
+	// A successful execve closes it (it is close-on-exec) with nothing written.
+	StatusFD = 4
+)
+
+// Plan is everything the init stage does, decided by the parent.
+type Plan struct {
+	// Hostname is set in the new UTS namespace.
+	Hostname string `json:"hostname"`
+	// Mount is the root filesystem to assemble.
+	Mount mount.Plan `json:"mount"`
+	// Workdir is the cwd after pivot_root, within the new root.
+	Workdir string `json:"workdir"`
+	// OpenFDs are opened before pivot_root (host paths) and kept across execve.
+	OpenFDs []OpenFD `json:"open_fds,omitempty"`
+	// KeepFDs are inherited fds kept across execve, besides 0, 1, 2 and OpenFDs.
+	KeepFDs []int `json:"keep_fds,omitempty"`
+	// NoFile caps RLIMIT_NOFILE (soft and hard) at min(NoFile, current hard).
+	NoFile uint64 `json:"nofile"`
+	// Caps are the capabilities kept (names as in capabilities(7), "CAP_" omitted);
+	// every other is dropped from every set. DefaultCaps is Docker's default set.
+	Caps []string `json:"caps"`
+	// Path, Argv and Env are the program executed last: the agent, or a test's
+	// command.
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+}
+
+// OpenFD is a file opened before pivot_root and moved to fd FD.
+type OpenFD struct {
+	Path  string `json:"path"`
+	Flags int    `json:"flags"`
+	FD    int    `json:"fd"`
+}

@@ -1,0 +1,180 @@
+// Package native is sbx's own jail: it starts the init stage (isolation/nsinit)
+// in new pid, mount, uts, ipc and network namespaces inside per-sandbox cgroups,
+// on an overlay root, and hands back the agent's socket. It knows nothing of the
+// manager, store or servers.
+package native
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"sbx/internal/backend"
+	"sbx/internal/isolation/cgroup"
+	"sbx/internal/isolation/mount"
+	"sbx/internal/logkey"
+	"sbx/internal/sandbox"
+)
+
+// Name is the driver's registry name and its isolation level when complete.
+const Name = "native"
+
+var _ backend.Driver = (*Driver)(nil)
+var _ backend.Statser = (*Driver)(nil)
+var _ backend.Lister = (*Driver)(nil)
+
+var instanceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// Driver runs sandboxes in sbx's own jail. Its methods are safe for concurrent
+// use on different sandboxes.
+type Driver struct {
+	opts   backend.Options
+	log    *slog.Logger
+	layout *cgroup.Layout
+	// exe is the sealed copy of opts.Exe every sandbox runs.
+	exe string
+	// skel and etcMask are the read-only layers shared by every sandbox.
+	skel    mount.Skeleton
+	etcMask string
+
+	// testArgv, when set, replaces the agent: the init stage execs it and Start
+	// does not wait for the agent's health. Tests of the jail set it.
+	testArgv []string
+
+	mu sync.Mutex
+	// boxes are the sandboxes this driver started or recovered; guarded by mu.
+	boxes map[sandbox.ID]*box
+}
+
+// Open checks opts, detects the host's cgroups, and builds once what every
+// sandbox shares: the sealed binary, the skeleton and the /etc mask.
+func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
+	return open(ctx, opts)
+}
+
+func open(_ context.Context, opts backend.Options) (*Driver, error) {
+	if !filepath.IsAbs(opts.DataDir) {
+		return nil, fmt.Errorf("opening native driver: data dir %q is not absolute", opts.DataDir)
+	}
+	if !instanceName.MatchString(opts.Instance) {
+		return nil, fmt.Errorf("opening native driver: instance name %q: want 1-32 of [a-z0-9_-]", opts.Instance)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{opts: opts, log: log.With(logkey.Component, "native"), boxes: map[sandbox.ID]*box{}}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	var err error
+	if d.layout, err = cgroup.Detect(); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	layers := filepath.Join(opts.DataDir, "layers")
+	if d.skel, err = mount.BuildSkeleton(layers, "/"); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	if d.etcMask, err = mount.BuildEtcMask(layers, "/etc"); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	return d, nil
+}
+
+// seal copies exe into dir as sbx-<sha256 prefix>, mode 0555, unless present.
+// Sandboxes bind the copy read-only, so nothing inside can write the binary the
+// agent runs, and rebuilding the daemon's binary does not change running ones
+// (CVE-2019-5736).
+func seal(exe, dir string) (string, error) {
+	if exe == "" {
+		return "", errors.New("sealing the sbx binary: no executable given")
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	dst := filepath.Join(dir, "sbx-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".sbx-")
+	if err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	_, err = io.Copy(tmp, f)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o555)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+	}
+	return dst, nil
+}
+
+// layers is what every sandbox of this driver gets: fixed by the code, except
+// the cgroup layer, which needs the memory, pids and cpu controllers.
+func (d *Driver) layers() map[string]sandbox.LayerState {
+	m := map[string]sandbox.LayerState{}
+	for _, l := range sandbox.AllLayers {
+		m[l] = sandbox.Applied
+	}
+	for _, l := range []string{sandbox.LayerUserNS, sandbox.LayerLandlock, sandbox.LayerSeccomp} {
+		m[l] = sandbox.Missing // not implemented yet
+	}
+	if !d.cgroupComplete() {
+		m[sandbox.LayerCgroup] = sandbox.Missing
+	}
+	return m
+}
+
+func (d *Driver) cgroupComplete() bool {
+	return d.layout.Has("memory") && d.layout.Has("pids") && d.layout.Has("cpu")
+}
+
+// isolation is the report of what a sandbox of this driver has enforced.
+func (d *Driver) isolation() sandbox.Isolation {
+	layers := d.layers()
+	return sandbox.Isolation{
+		Backend: Name,
+		Level:   sandbox.LevelName(Name, layers),
+		Layers:  layers,
+		Cgroup:  d.layout.Mode(),
+		Sandbox: true,
+	}
+}
+
+// cgroupPath is the sandbox's cgroup, relative to each hierarchy's root.
+func (d *Driver) cgroupPath(id sandbox.ID) string {
+	return "sbx/" + d.opts.Instance + "/" + string(id)
+}
+
+func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }

@@ -1,0 +1,307 @@
+// This file implements the life of a started sandbox: Stop, Wait, Destroy,
+// Recover, Stats and ListHeld.
+
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/internal/backend"
+	"sbx/internal/sandbox"
+)
+
+// lookup returns the box of id: the one this driver holds, else one known only
+// by its id (directory and cgroup, no process), so Destroy and Stats work after a
+// restart without Recover.
+func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
+	if _, err := sandbox.ParseID(string(id)); err != nil {
+		return nil, false, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	d.mu.Lock()
+	b, ok := d.boxes[id]
+	d.mu.Unlock()
+	if ok {
+		return b, true, nil
+	}
+	g, err := d.layout.Group(d.cgroupPath(id))
+	if err != nil {
+		return nil, false, &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	dir := d.dir(id)
+	return &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock"), group: g}, false, nil
+}
+
+// Stop implements backend.Driver. SIGTERM reaches the init (the agent, PID 1 of
+// the sandbox), which ends its trees and exits; after grace the cgroup is killed.
+func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) error {
+	b, _, err := d.lookup("stop", id)
+	if err != nil {
+		return err
+	}
+	if b.pidfd != nil && !b.exited() {
+		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+		t := time.NewTimer(grace)
+		select {
+		case <-b.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	if err := d.kill(b); err != nil {
+		return sandbox.Wrap("stop", id, err)
+	}
+	if err := b.group.WaitEmpty(ctx); err != nil {
+		return sandbox.Wrap("stop", id, err)
+	}
+	if b.done != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return sandbox.Wrap("stop", id, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// kill sends SIGKILL to every process of the sandbox: its cgroup, and the init
+// by pidfd in case it died before it was placed in its cgroups.
+func (d *Driver) kill(b *box) error {
+	if b.pidfd != nil && !b.exited() {
+		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	}
+	if b.group == nil {
+		return nil
+	}
+	return b.group.Kill()
+}
+
+func (b *box) exited() bool {
+	if b.done == nil {
+		return true
+	}
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait implements backend.Driver. After Recover the exit status is unknown (the
+// init was not this process's child) and is reported as code -1.
+func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) {
+	b, held, err := d.lookup("wait", id)
+	if err != nil {
+		return sandbox.Exit{}, err
+	}
+	if !held || b.done == nil {
+		return sandbox.Exit{}, &sandbox.Error{Op: "wait", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	select {
+	case <-b.done:
+		return b.exit, nil
+	case <-ctx.Done():
+		return sandbox.Exit{}, sandbox.Wrap("wait", id, context.Cause(ctx))
+	}
+}
+
+// Destroy implements backend.Driver.
+func (d *Driver) Destroy(ctx context.Context, id sandbox.ID) error {
+	b, _, err := d.lookup("destroy", id)
+	if err != nil {
+		return err
+	}
+	if err := d.teardown(ctx, b); err != nil {
+		return sandbox.Wrap("destroy", id, err)
+	}
+	return nil
+}
+
+// teardown kills, waits, removes the cgroups (leaf first, with the groups the
+// agent made) and the sandbox's directory. Every step runs; the mounts lived
+// only in the sandbox's mount namespace, which died with its last process.
+func (d *Driver) teardown(ctx context.Context, b *box) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	if err := d.kill(b); err != nil {
+		errs = append(errs, err)
+	}
+	if b.group != nil {
+		if err := b.group.WaitEmpty(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.done != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for init pid %d to exit: %w", b.pid, context.Cause(ctx)))
+		}
+	}
+	if b.group != nil {
+		if err := b.group.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err // the box stays known, so a retry can finish the job
+	}
+	d.mu.Lock()
+	if d.boxes[b.id] == b {
+		delete(d.boxes, b.id)
+	}
+	d.mu.Unlock()
+	if b.pidfd != nil {
+		b.pidfd.Close()
+	}
+	return nil
+}
+
+// Recover implements backend.Driver.
+func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*backend.Instance, error) {
+	notFound := func(why string) error {
+		return &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("sandbox %w: %s", sandbox.ErrNotFound, why)}
+	}
+	var s saved
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state: %v", sandbox.ErrInvalid, err)}
+	}
+	if s.ID != id || s.Cgroup != d.cgroupPath(id) || s.Dir != d.dir(id) || s.Pid <= 0 {
+		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state is not this driver's record of this sandbox", sandbox.ErrInvalid)}
+	}
+	d.mu.Lock()
+	held, ok := d.boxes[id]
+	d.mu.Unlock()
+	if ok && held.pidfd != nil {
+		return d.instance(held, d.isolation())
+	}
+	if st, err := procStart(s.Pid); err != nil || st != s.Start {
+		return nil, notFound("its init process is gone")
+	}
+	pidfd, err := unix.PidfdOpen(s.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, notFound("its init process is gone")
+	}
+	// The pid may have been reused between the check and pidfd_open: check again,
+	// now that the pidfd pins the process.
+	if st, err := procStart(s.Pid); err != nil || st != s.Start {
+		unix.Close(pidfd)
+		return nil, notFound("its init process is gone")
+	}
+	var nd net.Dialer
+	conn, err := nd.DialContext(ctx, "unix", d.dir(id)+"/agent.sock")
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, notFound("its agent does not answer")
+	}
+	conn.Close()
+	g, err := d.layout.Group(s.Cgroup)
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, &sandbox.Error{Op: "recover", ID: id, Err: err}
+	}
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, pid: s.Pid, start: s.Start,
+		pidfd: os.NewFile(uintptr(pidfd), "pidfd"), done: make(chan struct{})}
+	d.mu.Lock()
+	if other, ok := d.boxes[id]; ok && other.pidfd != nil {
+		d.mu.Unlock()
+		b.pidfd.Close()
+		return d.instance(other, d.isolation())
+	}
+	d.boxes[id] = b
+	d.mu.Unlock()
+	go watchExit(b)
+	return d.instance(b, d.isolation())
+}
+
+// watchExit closes b.done when the process behind b.pidfd exits, through the
+// runtime's poller; it returns early if the pidfd is closed.
+func watchExit(b *box) {
+	defer close(b.done)
+	b.exit = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
+	rc, err := b.pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err != nil || n > 0
+	})
+}
+
+// Stats implements backend.Statser.
+func (d *Driver) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
+	b, held, err := d.lookup("stats", id)
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	if !held {
+		if _, err := os.Stat(b.dir); err != nil {
+			return backend.Stats{}, &sandbox.Error{Op: "stats", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+		}
+	}
+	st, err := b.group.Stats()
+	if err != nil {
+		return backend.Stats{}, sandbox.Wrap("stats", id, err)
+	}
+	return backend.Stats{MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+		Pids: st.Pids, CPUUsage: st.CPUUsage, OOMKills: st.OOMKills}, nil
+}
+
+// ListHeld implements backend.Lister: the ids that have a directory under the
+// data dir or a cgroup under this instance's group in any hierarchy.
+func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
+	var ids []sandbox.ID
+	var errs []error
+	add := func(dir string) {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			return
+		}
+		for _, e := range ents {
+			if id, err := sandbox.ParseID(e.Name()); err == nil && e.IsDir() && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	add(d.opts.DataDir)
+	for _, root := range d.hierarchies() {
+		add(filepath.Join(root, "sbx", d.opts.Instance))
+	}
+	slices.Sort(ids)
+	return ids, errors.Join(errs...)
+}
+
+// hierarchies lists the mount points of the hierarchies sandboxes' groups live in.
+func (d *Driver) hierarchies() []string {
+	var out []string
+	if d.layout.V2 != "" {
+		out = append(out, d.layout.V2)
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		if m, ok := d.layout.V1[ctrl]; ok && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}

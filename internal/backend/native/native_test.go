@@ -1,0 +1,348 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/backend"
+	"sbx/internal/isolation/nsinit"
+	"sbx/internal/sandbox"
+	"sbx/internal/testutil"
+)
+
+// TestMain lets the test binary serve as the init stage: the jail tests start
+// it in place of sbx and have it exec a shell instead of the agent.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == boot.InitArg {
+		nsinit.Main()
+	}
+	if len(os.Args) > 2 && os.Args[1] == boot.AgentArg {
+		fakeAgent(os.Args[2])
+	}
+	os.Exit(m.Run())
+}
+
+func requireJail(t *testing.T) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireOverlay(t)
+	testutil.RequireNamespaces(t)
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		testutil.RequireCgroup(t, c)
+	}
+}
+
+// openTest opens a driver on a fresh data dir under a unique instance, with a
+// leak audit checked at cleanup; argv replaces the agent.
+func openTest(t *testing.T, argv ...string) (*Driver, *testutil.LeakAudit) {
+	t.Helper()
+	requireJail(t)
+	inst := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	opts := backend.Options{DataDir: t.TempDir(), Instance: inst, Exe: os.Args[0], Log: testutil.Logger(t)}
+	d, err := open(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("open(%+v) = %v", opts, err)
+	}
+	d.testArgv = argv
+	audit := &testutil.LeakAudit{CgroupPrefix: "sbx/" + inst, DataDir: opts.DataDir, Keep: []string{"bin", "layers"}}
+	audit.Snapshot(t)
+	t.Cleanup(func() {
+		audit.Check(t)
+		for _, h := range d.hierarchies() { // the instance group is the test's, not a sandbox's
+			os.Remove(filepath.Join(h, "sbx", inst))
+		}
+	})
+	return d, audit
+}
+
+func spec(id sandbox.ID) sandbox.Spec {
+	return sandbox.Spec{ID: id, Template: sandbox.TemplateHost, MemoryBytes: 256 * sandbox.MiB,
+		MilliCPUs: 500, Pids: 64, Network: sandbox.NetworkNone}
+}
+
+// jailScript prints key=value lines about the jail as seen from inside.
+const jailScript = `
+exec 2>/dev/null
+echo pid=$$
+echo procs=$(ls /proc | grep -c '^[0-9]*$')
+echo hostname=$(cat /proc/sys/kernel/hostname)
+echo etc_hostname=$(cat /etc/hostname)
+echo cwd=$(pwd)
+echo uid=$(id -u)
+echo hello > /workspace/hello && echo workspace=rw
+echo x > /usr/sbx-jail-marker && echo usr=rw
+test -e /etc/shadow && echo shadow=present || echo shadow=absent
+test -e /etc/passwd && echo passwd=present
+echo 1 > /proc/sys/kernel/ns_last_pid && echo procsys=rw || echo procsys=ro
+echo sys=$(ls -A /sys | wc -l)
+echo keys=$(wc -c < /proc/keys)
+echo ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)
+python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));s.listen();socket.create_connection(s.getsockname());print('lo=up')" || echo lo=down
+grep CapBnd /proc/self/status | tr -d '\t' | sed 's/:/=/'
+grep CapEff /proc/self/status | tr -d '\t' | sed 's/:/=/'
+grep NoNewPrivs /proc/self/status | tr -d '\t' | sed 's/:/=/'
+(: >> /.sbx/sbx) && echo sealed=writable || echo sealed=ro
+echo fds=$(ls /proc/self/fd | tr '\n' ,)
+echo tmp=$(stat -f -c %T /tmp)
+echo dev=$(ls /dev | tr '\n' ,)
+echo x > /dev/null && echo devnull=ok
+mount -t tmpfs x /mnt && echo mount=allowed || echo mount=denied
+echo cgroup=$(cat /proc/self/cgroup | tr '\n' ' ')
+echo nofile=$(ulimit -n)
+(i=0; while [ $i -lt 80 ]; do sleep 60 & i=$((i+1)); done); echo bomb=done
+sleep 0.2
+`
+
+func TestJail(t *testing.T) {
+	d, _ := openTest(t, "/bin/sh", "-c", "exec > /workspace/out\n"+jailScript)
+	id := sandbox.NewID()
+	sp := spec(id)
+	inst, err := d.Start(t.Context(), sp)
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	defer func() {
+		if err := d.Destroy(context.Background(), id); err != nil {
+			t.Errorf("Destroy = %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ex, err := d.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("Wait = %v", err)
+	}
+	if ex.Code != 0 {
+		t.Errorf("Wait = %+v, want code 0", ex)
+	}
+	// Host-side checks, before Destroy removes the groups.
+	g := d.boxes[id].group
+	mem, _ := os.ReadFile(filepath.Join(g.Dir("memory"), "memory.limit_in_bytes"))
+	if strings.TrimSpace(string(mem)) != strconv.FormatInt(sp.MemoryBytes, 10) {
+		t.Errorf("memory.limit_in_bytes = %s, want %d", mem, sp.MemoryBytes)
+	}
+	pmax, _ := os.ReadFile(filepath.Join(g.Dir("pids"), "pids.max"))
+	if strings.TrimSpace(string(pmax)) != "64" {
+		t.Errorf("pids.max = %s, want 64", pmax)
+	}
+	pev, _ := os.ReadFile(filepath.Join(g.Dir("pids"), "pids.events"))
+	if strings.TrimSpace(string(pev)) == "max 0" {
+		t.Errorf("pids.events = %q: the bomb never hit pids.max", pev)
+	}
+	quota, _ := os.ReadFile(filepath.Join(g.Dir("cpu"), "cpu.cfs_quota_us"))
+	if strings.TrimSpace(string(quota)) != "50000" {
+		t.Errorf("cpu.cfs_quota_us = %s, want 50000", quota)
+	}
+	if _, err := os.Stat("/usr/sbx-jail-marker"); err == nil {
+		t.Errorf("/usr/sbx-jail-marker exists on the host: a /usr write escaped the overlay")
+		os.Remove("/usr/sbx-jail-marker")
+	}
+	if _, err := os.Stat(filepath.Join(d.dir(id), "upper/usr/sbx-jail-marker")); err != nil {
+		t.Errorf("the /usr write is not in the sandbox's upper layer: %v", err)
+	}
+	out, err := os.ReadFile(filepath.Join(d.dir(id), "workspace/out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("inside:\n%s", out)
+	got := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			got[k] = v
+		}
+	}
+	mask, _ := nsinit.CapMask(nsinit.DefaultCaps)
+	want := map[string]string{
+		"pid": "1", "hostname": string(id), "etc_hostname": string(id), "cwd": "/workspace", "uid": "0",
+		"workspace": "rw", "usr": "rw", "shadow": "absent", "passwd": "present", "procsys": "ro",
+		"sys": "0", "keys": "0", "ifaces": "lo,", "lo": "up", "CapBnd": fmt.Sprintf("%016x", mask),
+		"CapEff": fmt.Sprintf("%016x", mask), "NoNewPrivs": "1", "sealed": "ro", "tmp": "tmpfs",
+		"devnull": "ok", "mount": "denied", "bomb": "done",
+		"dev": "fd,full,null,ptmx,pts,random,shm,stderr,stdin,stdout,tty,urandom,zero,",
+		// 0-2, ls's own directory, the declared listening socket, cgroup directory and OOM file.
+		"fds":    "0,1,2,3,5,6,7,",
+		"nofile": "20000",
+	}
+	if lim := hardNoFile(t); lim < 1<<20 {
+		want["nofile"] = strconv.FormatUint(lim, 10)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("inside the jail %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if n, _ := strconv.Atoi(got["procs"]); n < 1 || n > 8 {
+		t.Errorf("inside the jail /proc lists %s processes, want only the sandbox's few", got["procs"])
+	}
+	if strings.Contains(got["cgroup"], "sbx/") || strings.Contains(got["cgroup"], "process_api") {
+		t.Errorf("inside the jail /proc/self/cgroup = %q: host cgroup paths show", got["cgroup"])
+	}
+	if inst.Applied.Backend != "native" || inst.Applied.Cgroup != "hybrid" && inst.Applied.Cgroup != "v1" && inst.Applied.Cgroup != "v2" {
+		t.Errorf("Applied = %+v", inst.Applied)
+	}
+}
+
+func hardNoFile(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			f := strings.Fields(l)
+			n, _ := strconv.ParseUint(f[4], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func TestStopKillsSetsidGrandchild(t *testing.T) {
+	d, _ := openTest(t, "/bin/sh", "-c", "setsid sh -c 'trap \"\" TERM HUP; sleep 1000' & sleep 1000")
+	id := sandbox.NewID()
+	if _, err := d.Start(t.Context(), spec(id)); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	defer d.Destroy(context.Background(), id)
+	if err := d.Stop(t.Context(), id, 50*time.Millisecond); err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	pids, err := d.boxes[id].group.Procs()
+	if err != nil || len(pids) != 0 {
+		t.Errorf("after Stop the cgroup holds %v (%v), want none", pids, err)
+	}
+	ex, err := d.Wait(t.Context(), id)
+	if err != nil || ex.Signal != 9 {
+		t.Errorf("Wait = %+v, %v; want killed by signal 9", ex, err)
+	}
+}
+
+func TestDestroyIdempotent(t *testing.T) {
+	d, _ := openTest(t, "/bin/sleep", "1000")
+	id := sandbox.NewID()
+	if _, err := d.Start(t.Context(), spec(id)); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	for i := range 2 {
+		if err := d.Destroy(t.Context(), id); err != nil {
+			t.Errorf("Destroy #%d = %v", i+1, err)
+		}
+	}
+	if err := d.Destroy(t.Context(), sandbox.NewID()); err != nil {
+		t.Errorf("Destroy(unknown id) = %v, want nil", err)
+	}
+}
+
+func TestFailedStartLeavesNothing(t *testing.T) {
+	d, _ := openTest(t, "/nonexistent/program")
+	for _, tc := range []struct {
+		name string
+		edit func(*sandbox.Spec)
+		want error
+	}{
+		{"bad template", func(s *sandbox.Spec) { s.Template = "ubuntu" }, sandbox.ErrInvalid},
+		{"missing layer required", func(s *sandbox.Spec) { s.RequireLayers = []string{sandbox.LayerSeccomp} }, sandbox.ErrIsolation},
+		{"exec fails in init", func(*sandbox.Spec) {}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := sandbox.NewID()
+			sp := spec(id)
+			tc.edit(&sp)
+			_, err := d.Start(t.Context(), sp)
+			if err == nil {
+				t.Fatal("Start succeeded, want an error")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Start = %v, want %v", err, tc.want)
+			}
+			t.Logf("Start = %v", err)
+			if tc.name == "missing layer required" && !strings.Contains(err.Error(), "seccomp") {
+				t.Errorf("Start = %v, want the layer named", err)
+			}
+			if err := d.Destroy(t.Context(), id); err != nil {
+				t.Errorf("Destroy after a failed start = %v", err)
+			}
+		})
+	}
+}
+
+func TestCancelMidStart(t *testing.T) {
+	d, _ := openTest(t, "/bin/sleep", "1000")
+	for _, after := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond} {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(after, cancel)
+		id := sandbox.NewID()
+		_, err := d.Start(ctx, spec(id))
+		cancel()
+		if err == nil {
+			d.Destroy(t.Context(), id) // finished before the cancel: fine
+		}
+	}
+}
+
+func TestRecoverAfterRestart(t *testing.T) {
+	d, _ := openTest(t, "/bin/sleep", "1000")
+	id := sandbox.NewID()
+	inst, err := d.Start(t.Context(), spec(id))
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	d2, err := open(t.Context(), d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := d2.Recover(t.Context(), id, inst.Saved)
+	if err != nil {
+		t.Fatalf("Recover = %v", err)
+	}
+	conn, err := got.Dial(t.Context())
+	if err != nil {
+		t.Fatalf("Dial after Recover = %v", err)
+	}
+	conn.Close()
+	if held, _ := d2.ListHeld(t.Context()); len(held) != 1 || held[0] != id {
+		t.Errorf("ListHeld = %v, want [%s]", held, id)
+	}
+	if _, err := d2.Stats(t.Context(), id); err != nil {
+		t.Errorf("Stats = %v", err)
+	}
+	if err := d2.Stop(t.Context(), id, 0); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+	if _, err := d2.Wait(t.Context(), id); err != nil {
+		t.Errorf("Wait after Recover = %v", err)
+	}
+	if err := d2.Destroy(t.Context(), id); err != nil {
+		t.Errorf("Destroy = %v", err)
+	}
+	<-d.boxes[id].done // the first driver's reaper
+	if err := d.Destroy(t.Context(), id); err != nil {
+		t.Errorf("Destroy by the first driver = %v", err)
+	}
+	// A pid that is gone is not recovered.
+	if _, err := d2.Recover(t.Context(), id, inst.Saved); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Recover of a destroyed sandbox = %v, want ErrNotFound", err)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	d, _ := openTest(t)
+	rep, err := d.Probe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Available {
+		t.Errorf("Probe: not available: %v", rep.Reasons())
+	}
+	if rep.Level != "native-minus-landlock-seccomp-userns" {
+		t.Errorf("Probe level = %q", rep.Level)
+	}
+}

@@ -1,0 +1,90 @@
+// This file implements Probe: what this host lacks for the native driver, in
+// words an operator can act on.
+
+package native
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/internal/backend"
+	"sbx/internal/sandbox"
+)
+
+// Probe implements backend.Driver.
+func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
+	var checks []backend.Check
+	check := func(name string, ok bool, reason string, args ...any) {
+		c := backend.Check{Name: name, OK: ok}
+		if !ok {
+			c.Reason = fmt.Sprintf(reason, args...)
+		}
+		checks = append(checks, c)
+	}
+	check("root", os.Geteuid() == 0, "the native backend needs root (effective uid is %d): run sbx serve as root", os.Geteuid())
+
+	fss, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return backend.Report{}, fmt.Errorf("probing native: %w", err)
+	}
+	check("overlayfs", strings.Contains(string(fss), "\toverlay\n"),
+		"overlay is not in /proc/filesystems: load the overlay module (modprobe overlay)")
+
+	var noNS []string
+	for _, ns := range []string{"pid", "mnt", "net", "uts", "ipc", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			noNS = append(noNS, ns)
+		}
+	}
+	check("namespaces", len(noNS) == 0, "the kernel lacks namespaces %v (/proc/self/ns): enable them in the kernel configuration", noNS)
+
+	var noCtrl []string
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if !d.layout.Has(c) {
+			noCtrl = append(noCtrl, c)
+		}
+	}
+	check("cgroup controllers", len(noCtrl) == 0,
+		"cgroup controllers %v are not mounted (cgroup layout %s): mount cgroup v2 with them enabled, or their v1 hierarchies", noCtrl, d.layout.Mode())
+
+	var notWritable []string
+	for _, root := range d.hierarchies() {
+		dir := filepath.Join(root, "sbx", d.opts.Instance)
+		for { // the group itself, or the nearest ancestor it would be made in
+			if _, err := os.Stat(dir); err == nil || dir == root {
+				break
+			}
+			dir = filepath.Dir(dir)
+		}
+		if unix.Access(dir, unix.W_OK) != nil {
+			notWritable = append(notWritable, dir)
+		}
+	}
+	check("cgroup delegation", len(notWritable) == 0, "%s is not writable: sbx must be able to create its groups there", strings.Join(notWritable, ", "))
+
+	_, err = os.Stat(d.exe)
+	check("sealed binary", err == nil, "the sealed copy of the sbx binary is missing (%v): restart sbx serve to make it again", err)
+
+	rep := backend.Report{Backend: Name, Available: true, Sandbox: true, Layers: d.layers(), Checks: checks}
+	rep.Level = sandbox.LevelName(Name, rep.Layers)
+	for _, c := range checks {
+		rep.Available = rep.Available && c.OK
+	}
+	return rep, nil
+}
+
+// missingReason says why layer l is missing on this driver.
+func (d *Driver) missingReason(l string) string {
+	switch l {
+	case sandbox.LayerCgroup:
+		return fmt.Sprintf("the memory, pids and cpu cgroup controllers are not all available (cgroup layout %s)", d.layout.Mode())
+	case sandbox.LayerUserNS, sandbox.LayerLandlock, sandbox.LayerSeccomp:
+		return "not implemented by the native backend yet"
+	}
+	return "not applied"
+}

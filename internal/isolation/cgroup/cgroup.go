@@ -1,0 +1,564 @@
+// This file implements a Group: create, limit, add, kill, wait, remove, stats.
+
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Limits are the resource limits of a Group. A zero field leaves that resource
+// unlimited.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	// MilliCPUs is the CPU bandwidth in thousandths of a core (1000 = one core).
+	MilliCPUs int64
+}
+
+// cpuPeriodUS is the CFS period the CPU quota is expressed against.
+const cpuPeriodUS = 100_000
+
+// Stats is the resource use of a Group.
+type Stats struct {
+	MemoryBytes     int64
+	MemoryPeakBytes int64
+	Pids            int64
+	CPUUsage        time.Duration
+	OOMKills        int64
+}
+
+// Group is one cgroup at the same relative path in every hierarchy it uses.
+type Group struct {
+	layout *Layout
+	rel    string
+	// v1 maps a controller to its directory (co-mounted controllers share one).
+	v1 map[string]string
+	// v2 is the directory in the unified hierarchy, or "".
+	v2 string
+}
+
+// Group returns the group at rel (e.g. "sbx/inst/id") without creating it, for
+// groups created earlier (by this process or a previous one).
+func (l *Layout) Group(rel string) (*Group, error) {
+	clean := filepath.Clean(rel)
+	if rel == "" || clean != rel || filepath.IsAbs(rel) || strings.HasPrefix(rel, "..") ||
+		!strings.Contains(rel, "/") {
+		return nil, fmt.Errorf("cgroup path %q: want a clean relative path of at least two elements", rel)
+	}
+	g := &Group{layout: l, rel: rel, v1: map[string]string{}}
+	for ctrl, mnt := range l.V1 {
+		if ctrl == "cpuacct" && l.V1["cpu"] == mnt {
+			continue // co-mounted with cpu: the cpu directory serves both
+		}
+		g.v1[ctrl] = filepath.Join(mnt, rel)
+	}
+	if l.V2 != "" {
+		g.v2 = filepath.Join(l.V2, rel)
+	}
+	return g, nil
+}
+
+// Path is the group's relative path.
+func (g *Group) Path() string { return g.rel }
+
+// V2Dir is the group's directory in the unified hierarchy, or "".
+func (g *Group) V2Dir() string { return g.v2 }
+
+// Dir is the group's directory for v1 controller ctrl, or "".
+func (g *Group) Dir(ctrl string) string {
+	if ctrl == "cpuacct" && g.v1["cpuacct"] == "" {
+		return g.v1["cpu"]
+	}
+	return g.v1[ctrl]
+}
+
+// OOMFile is the file whose oom_kill counter tells an OOM kill, and its format:
+// memory.events ("v2") or memory.oom_control ("v1"). It is "" without a memory
+// controller.
+func (g *Group) OOMFile() (path, format string) {
+	if d := g.v1["memory"]; d != "" {
+		return filepath.Join(d, "memory.oom_control"), "v1"
+	}
+	if g.layout.pureV2() && g.layout.Has("memory") {
+		return filepath.Join(g.v2, "memory.events"), "v2"
+	}
+	return "", ""
+}
+
+// dirs lists each directory of the group once: v2 first, then v1, sorted.
+func (g *Group) dirs() []string {
+	var out []string
+	if g.v2 != "" {
+		out = append(out, g.v2)
+	}
+	var v1 []string
+	for _, d := range g.v1 {
+		if !slices.Contains(v1, d) {
+			v1 = append(v1, d)
+		}
+	}
+	slices.Sort(v1)
+	return append(out, v1...)
+}
+
+// Create makes the group at rel in every hierarchy it uses. The leaf must not
+// exist: Create never adopts a group it did not make. Missing ancestors are made
+// too; on a pure v2 host the memory, pids and cpu controllers are enabled down to
+// the leaf's parent. On error, what Create made of the leaf is removed.
+func (l *Layout) Create(rel string) (_ *Group, retErr error) {
+	g, err := l.Group(rel)
+	if err != nil {
+		return nil, err
+	}
+	if len(g.dirs()) == 0 {
+		return nil, errors.New("creating cgroup: no cgroup hierarchy is mounted")
+	}
+	var made []string
+	defer func() {
+		if retErr != nil {
+			for _, d := range slices.Backward(made) {
+				l.rmdir(d)
+			}
+		}
+	}()
+	for _, d := range g.dirs() {
+		if err := l.mkdirParents(filepath.Dir(d)); err != nil {
+			return nil, err
+		}
+		if g.layout.pureV2() && d == g.v2 {
+			if err := l.enableControllers(g.v2); err != nil {
+				return nil, err
+			}
+		}
+		if err := l.mkdir(d); err != nil {
+			return nil, fmt.Errorf("creating cgroup %s: %w", d, err)
+		}
+		made = append(made, d)
+	}
+	return g, nil
+}
+
+// mkdirParents makes dir and its missing ancestors, which sbx owns (its own
+// top-level group and instance group), never a leaf of another owner.
+func (l *Layout) mkdirParents(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := l.mkdirParents(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := l.mkdir(dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// enableControllers enables the v2 controllers in the subtree_control of every
+// ancestor of leaf below the v2 root, and of the root itself, where missing.
+func (l *Layout) enableControllers(leaf string) error {
+	rel, err := filepath.Rel(l.V2, filepath.Dir(leaf))
+	if err != nil {
+		return err
+	}
+	dir := l.V2
+	parts := []string{}
+	if rel != "." {
+		parts = strings.Split(rel, "/")
+	}
+	for i := 0; ; i++ {
+		avail, err := readFields(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			return fmt.Errorf("enabling cgroup controllers in %s: %w", dir, err)
+		}
+		on, err := readFields(filepath.Join(dir, "cgroup.subtree_control"))
+		if err != nil {
+			return fmt.Errorf("enabling cgroup controllers in %s: %w", dir, err)
+		}
+		var add []string
+		for _, c := range v2Controllers {
+			if slices.Contains(avail, c) && !slices.Contains(on, c) {
+				add = append(add, "+"+c)
+			}
+		}
+		if len(add) > 0 {
+			if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(add, " ")); err != nil {
+				return fmt.Errorf("enabling cgroup controllers %v in %s: %w", add, dir, err)
+			}
+		}
+		if i == len(parts) {
+			return nil
+		}
+		dir = filepath.Join(dir, parts[i])
+	}
+}
+
+// SetLimits writes lim into the group: into v1 controllers where mounted, else
+// into the v2 group on a pure v2 host.
+func (g *Group) SetLimits(lim Limits) error {
+	var errs []error
+	set := func(dir, file, val string) {
+		if err := writeFile(filepath.Join(dir, file), val); err != nil {
+			errs = append(errs, fmt.Errorf("setting cgroup limit %s=%s: %w", file, val, err))
+		}
+	}
+	if g.layout.pureV2() {
+		if lim.MemoryBytes > 0 {
+			set(g.v2, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10))
+			if _, err := os.Stat(filepath.Join(g.v2, "memory.swap.max")); err == nil {
+				set(g.v2, "memory.swap.max", "0")
+			}
+		}
+		if lim.Pids > 0 {
+			set(g.v2, "pids.max", strconv.FormatInt(lim.Pids, 10))
+		}
+		if lim.MilliCPUs > 0 {
+			set(g.v2, "cpu.max", fmt.Sprintf("%d %d", lim.MilliCPUs*cpuPeriodUS/1000, cpuPeriodUS))
+		}
+		return errors.Join(errs...)
+	}
+	if d := g.v1["memory"]; d != "" && lim.MemoryBytes > 0 {
+		set(d, "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10))
+		// memsw (memory+swap) exists only with swap accounting; equal means no swap.
+		if _, err := os.Stat(filepath.Join(d, "memory.memsw.limit_in_bytes")); err == nil {
+			set(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10))
+		}
+	}
+	if d := g.v1["pids"]; d != "" && lim.Pids > 0 {
+		set(d, "pids.max", strconv.FormatInt(lim.Pids, 10))
+	}
+	if d := g.v1["cpu"]; d != "" && lim.MilliCPUs > 0 {
+		set(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriodUS))
+		set(d, "cpu.cfs_quota_us", strconv.FormatInt(lim.MilliCPUs*cpuPeriodUS/1000, 10))
+	}
+	return errors.Join(errs...)
+}
+
+// AddPid moves process pid into the group in every hierarchy.
+func (g *Group) AddPid(pid int) error {
+	var errs []error
+	for _, d := range g.dirs() {
+		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			errs = append(errs, fmt.Errorf("adding pid %d to cgroup %s: %w", pid, d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Procs lists the pids in the group and its descendants, in every hierarchy,
+// each once. A group that does not exist has none.
+func (g *Group) Procs() ([]int, error) {
+	var pids []int
+	var errs []error
+	for _, d := range g.dirs() {
+		p, err := procsUnder(d)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, pid := range p {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids, errors.Join(errs...)
+}
+
+// Kill sends SIGKILL to every process of the group and its descendants. It
+// uses v2 cgroup.kill where a v2 group exists, else freezes the v1 freezer group,
+// kills each member and thaws, until no member is left (at most a few rounds),
+// else kills the listed members. It does not wait for them to exit: see WaitEmpty.
+// A group that does not exist is not an error.
+func (g *Group) Kill() error {
+	if g.v2 != "" {
+		err := writeFile(filepath.Join(g.v2, "cgroup.kill"), "1")
+		switch {
+		case err == nil, errors.Is(err, fs.ErrNotExist) && !exists(g.v2):
+			return nil
+		case !errors.Is(err, fs.ErrNotExist): // cgroup.kill is missing before Linux 5.14
+			return fmt.Errorf("killing cgroup %s: %w", g.v2, err)
+		}
+	}
+	if d := g.v1["freezer"]; d != "" && exists(d) {
+		return freezeKill(d)
+	}
+	pids, err := g.Procs()
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return err
+}
+
+// freezeKill freezes dir, kills every member, thaws; it repeats while members
+// remain, at most maxRounds times.
+func freezeKill(dir string) error {
+	const maxRounds = 8
+	state := filepath.Join(dir, "freezer.state")
+	for range maxRounds {
+		if err := writeFile(state, "FROZEN"); err != nil {
+			return fmt.Errorf("freezing cgroup %s: %w", dir, err)
+		}
+		// A task stuck in an uninterruptible sleep keeps the group FREEZING; kill
+		// what is listed anyway: the signal is delivered once it is thawed.
+		for i := 0; i < 100; i++ {
+			b, err := os.ReadFile(state)
+			if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		pids, err := procsUnder(dir)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if terr := writeFile(state, "THAWED"); terr != nil {
+			return fmt.Errorf("thawing cgroup %s: %w", dir, terr)
+		}
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		left, _ := procsUnder(dir)
+		if len(left) == 0 {
+			return nil
+		}
+		time.Sleep(time.Millisecond) // let the killed tasks leave before the next round
+	}
+	return fmt.Errorf("killing cgroup %s: members remain after %d rounds", dir, maxRounds)
+}
+
+// WaitEmpty blocks until the group and its descendants hold no process in any
+// hierarchy, or ctx ends. It polls with a backoff from 100µs to 5ms.
+func (g *Group) WaitEmpty(ctx context.Context) error {
+	delay := 100 * time.Microsecond
+	for {
+		pids, err := g.Procs()
+		if err == nil && len(pids) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("%d processes remain", len(pids))
+			}
+			return fmt.Errorf("waiting for cgroup %s to empty: %w (%w)", g.rel, context.Cause(ctx), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Millisecond)
+	}
+}
+
+// Remove removes the group and every group under it (children the sandbox made),
+// deepest first, in every hierarchy. A busy group is killed again and retried
+// until ctx ends. A group already gone is not an error.
+func (g *Group) Remove(ctx context.Context) error {
+	var errs []error
+	for _, d := range g.dirs() {
+		if err := g.removeTree(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *Group) removeTree(ctx context.Context, dir string) error {
+	delay := 100 * time.Microsecond
+	for {
+		err := g.layout.rmdirTree(dir)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("removing cgroup %s: %w", dir, err)
+		}
+		g.Kill()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("removing cgroup %s: %w (%w)", dir, err, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 10*time.Millisecond)
+	}
+}
+
+// rmdirTree removes dir and the directories under it, deepest first.
+func (l *Layout) rmdirTree(dir string) error {
+	if l.fake {
+		if !exists(dir) {
+			return fs.ErrNotExist
+		}
+		return os.RemoveAll(dir)
+	}
+	var subs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			subs = append(subs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, d := range slices.Backward(subs) {
+		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &fs.PathError{Op: "rmdir", Path: d, Err: err}
+		}
+	}
+	return nil
+}
+
+// Stats reads the group's resource use.
+func (g *Group) Stats() (Stats, error) {
+	var st Stats
+	var errs []error
+	num := func(path string) int64 {
+		n, err := readInt(path)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return n
+	}
+	if g.layout.pureV2() {
+		st.MemoryBytes = num(filepath.Join(g.v2, "memory.current"))
+		if p := filepath.Join(g.v2, "memory.peak"); exists(p) {
+			st.MemoryPeakBytes = num(p)
+		}
+		st.OOMKills, _ = readKey(filepath.Join(g.v2, "memory.events"), "oom_kill")
+		st.Pids = num(filepath.Join(g.v2, "pids.current"))
+	} else {
+		if d := g.v1["memory"]; d != "" {
+			st.MemoryBytes = num(filepath.Join(d, "memory.usage_in_bytes"))
+			st.MemoryPeakBytes = num(filepath.Join(d, "memory.max_usage_in_bytes"))
+			st.OOMKills, _ = readKey(filepath.Join(d, "memory.oom_control"), "oom_kill")
+		}
+		if d := g.v1["pids"]; d != "" {
+			st.Pids = num(filepath.Join(d, "pids.current"))
+		}
+	}
+	if d := g.Dir("cpuacct"); d != "" && exists(filepath.Join(d, "cpuacct.usage")) {
+		st.CPUUsage = time.Duration(num(filepath.Join(d, "cpuacct.usage")))
+	} else if g.v2 != "" {
+		us, err := readKey(filepath.Join(g.v2, "cpu.stat"), "usage_usec")
+		if err != nil {
+			errs = append(errs, err)
+		}
+		st.CPUUsage = time.Duration(us) * time.Microsecond
+	}
+	return st, errors.Join(errs...)
+}
+
+// procsUnder lists the pids in dir's cgroup.procs and those of its descendants.
+func procsUnder(dir string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile, or never made
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids, err
+}
+
+func (l *Layout) mkdir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if l.fake {
+		return populateFake(dir)
+	}
+	return nil
+}
+
+func (l *Layout) rmdir(dir string) {
+	if l.fake {
+		os.RemoveAll(dir)
+		return
+	}
+	syscall.Rmdir(dir)
+}
+
+// writeFile writes val to an existing cgroup file: cgroupfs reports a rejected
+// value as the error of write, and a missing file must not be created.
+func writeFile(path, val string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(val)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func readFields(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	return strings.Fields(string(b)), err
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// readKey reads the value of key in a flat-keyed file ("oom_kill 3").
+func readKey(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no key %q", path, key)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,204 @@
+// This file implements the read-only layers built once per driver on the host:
+// the skeleton under the root overlay and the mask over /etc.
+
+package mount
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// TopLinks are the top-level host paths that merged-/usr hosts make symlinks
+// (into /usr) and others real directories.
+var TopLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// skeletonDirs are the top-level directories of every root, with their modes.
+var skeletonDirs = []struct {
+	path string
+	mode fs.FileMode
+}{
+	{"dev", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"tmp", 0o777 | fs.ModeSticky},
+	{"workspace", 0o755}, {"usr", 0o755}, {"etc", 0o755}, {"root", 0o700}, {"home", 0o755},
+	{"run", 0o755}, {"mnt", 0o755}, {"opt", 0o755}, {"srv", 0o755}, {"var", 0o755},
+	{"var/tmp", 0o777 | fs.ModeSticky}, {"var/lib", 0o755}, {"var/cache", 0o755},
+	{"var/log", 0o755}, {"var/spool", 0o755}, {".sbx", 0o755},
+}
+
+// SealedPath is where the sealed sbx binary is bound in every root.
+const SealedPath = "/.sbx/sbx"
+
+// Skeleton is a built skeleton layer.
+type Skeleton struct {
+	Dir string
+	// RealDirs are the TopLinks that are real directories on this host: each
+	// needs its own overlay (lower = the host directory).
+	RealDirs []string
+}
+
+// BuildSkeleton makes, under parent, the skeleton of a root modelled on the host
+// root hostRoot: the top-level directories, the host's merged-/usr symlinks, and an
+// empty file as the mount point of the sealed binary. The layer is named by a hash
+// of its content and reused when present.
+func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
+	var desc []string
+	var links [][2]string
+	var sk Skeleton
+	for _, name := range TopLinks {
+		fi, err := os.Lstat(filepath.Join(hostRoot, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return Skeleton{}, fmt.Errorf("building skeleton: %w", err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(filepath.Join(hostRoot, name))
+			if err != nil {
+				return Skeleton{}, fmt.Errorf("building skeleton: %w", err)
+			}
+			links = append(links, [2]string{name, t})
+			desc = append(desc, "link "+name+" "+t)
+		case fi.IsDir():
+			sk.RealDirs = append(sk.RealDirs, name)
+			desc = append(desc, "dir "+name)
+		}
+	}
+	for _, d := range skeletonDirs {
+		desc = append(desc, fmt.Sprintf("dir %s %o", d.path, d.mode))
+	}
+	dir, err := buildLayer(parent, "skel", desc, func(tmp string) error {
+		for _, d := range skeletonDirs {
+			p := filepath.Join(tmp, d.path)
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, d.mode); err != nil {
+				return err
+			}
+		}
+		for _, name := range sk.RealDirs {
+			if err := os.Mkdir(filepath.Join(tmp, name), 0o755); err != nil {
+				return err
+			}
+		}
+		for _, l := range links {
+			if err := os.Symlink(l[1], filepath.Join(tmp, l[0])); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(filepath.Join(tmp, SealedPath), nil, 0o555)
+	})
+	sk.Dir = dir
+	return sk, err
+}
+
+// EtcSecrets are the paths under /etc (globs) hidden from every sandbox.
+var EtcSecrets = []string{
+	"shadow", "shadow-", "gshadow", "gshadow-", "passwd-", "group-",
+	"ssh/ssh_host_*_key", "ssl/private", "security/opasswd", "krb5.keytab",
+	"sudoers", "sudoers.d", "machine-id", "subuid", "subgid", "subuid-", "subgid-",
+	"NetworkManager/system-connections", "wpa_supplicant", "letsencrypt",
+	"docker/key.json", "containerd", "kubernetes", "rancher",
+}
+
+// BuildEtcMask makes, under parent, an overlay layer that hides the EtcSecrets
+// present in etc with whiteouts (character devices 0/0), to stack above etc.
+// Directories leading to a whiteout copy the host directory's mode and owner. It
+// returns the layer's directory, named by a hash of its content and reused.
+func BuildEtcMask(parent, etc string) (string, error) {
+	var hidden []string
+	for _, pat := range EtcSecrets {
+		m, err := filepath.Glob(filepath.Join(etc, pat))
+		if err != nil {
+			return "", fmt.Errorf("building /etc mask: %w", err)
+		}
+		for _, p := range m {
+			rel, _ := filepath.Rel(etc, p)
+			hidden = append(hidden, rel)
+		}
+	}
+	slices.Sort(hidden)
+	desc := append([]string{"etc " + etc}, hidden...)
+	return buildLayer(parent, "etcmask", desc, func(tmp string) error {
+		for _, rel := range hidden {
+			if err := mkdirLike(tmp, etc, filepath.Dir(rel)); err != nil {
+				return err
+			}
+			p := filepath.Join(tmp, rel)
+			if err := unix.Mknod(p, unix.S_IFCHR|0o000, 0); err != nil {
+				return &Error{Op: "mknod", Target: p, Err: err}
+			}
+		}
+		return nil
+	})
+}
+
+// mkdirLike makes dir rel under tmp, and its parents, with the mode and owner of
+// the same directories under src.
+func mkdirLike(tmp, src, rel string) error {
+	if rel == "." {
+		return nil
+	}
+	if err := mkdirLike(tmp, src, filepath.Dir(rel)); err != nil {
+		return err
+	}
+	p := filepath.Join(tmp, rel)
+	if _, err := os.Lstat(p); err == nil {
+		return nil
+	}
+	fi, err := os.Stat(filepath.Join(src, rel))
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(p, 0o700); err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if err := os.Lchown(p, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(p, fi.Mode().Perm()|fi.Mode()&(fs.ModeSticky|fs.ModeSetgid))
+}
+
+// buildLayer returns parent/<name>-<hash of desc>, building it with fill in a
+// temporary directory renamed into place when it is not there yet.
+func buildLayer(parent, name string, desc []string, fill func(dir string) error) (string, error) {
+	sum := sha256.Sum256([]byte(strings.Join(desc, "\n")))
+	dir := filepath.Join(parent, name+"-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("building %s layer: %w", name, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("building %s layer: %w", name, err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("building %s layer: %w", name, err)
+	}
+	if err := fill(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("building %s layer: %w", name, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr == nil {
+			return dir, nil // built meanwhile by another driver
+		}
+		return "", fmt.Errorf("building %s layer: %w", name, err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,205 @@
+// This file implements the mount step of the init stage: overlays, binds, /dev,
+// /proc and its masks, then pivot_root. It runs inside the sandbox's new mount
+// namespace, so nothing it mounts is visible on the host.
+
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Overlay is one overlay mount: Lower layers (topmost first) under a per-sandbox
+// Upper and Work directory, mounted at Target inside the root.
+type Overlay struct {
+	Target string   `json:"target"`
+	Lower  []string `json:"lower"`
+	Upper  string   `json:"upper"`
+	Work   string   `json:"work"`
+}
+
+// Bind is a bind mount of the host path Source at Target inside the root.
+type Bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Plan is the root filesystem to assemble. Host paths are absolute; Target paths
+// are absolute within the new root.
+type Plan struct {
+	// Root is an empty host directory the root overlay is mounted on.
+	Root string `json:"root"`
+	// RootLayer is the overlay mounted at Root; its Target is ignored.
+	RootLayer Overlay `json:"root_layer"`
+	// Overlays are mounted in order, after the root.
+	Overlays []Overlay `json:"overlays"`
+	Binds    []Bind    `json:"binds"`
+	// TmpBytes and ShmBytes bound the tmpfs at /tmp and /dev/shm.
+	TmpBytes int64 `json:"tmp_bytes"`
+	ShmBytes int64 `json:"shm_bytes"`
+}
+
+// devices are the host device nodes bound into /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// readOnlyProc are /proc paths made read-only; nullProc are hidden behind /dev/null.
+var (
+	readOnlyProc = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
+	nullProc     = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats"}
+)
+
+const (
+	nosuidNodev = unix.MS_NOSUID | unix.MS_NODEV
+)
+
+// MakePrivate stops mount propagation between the host and this namespace in
+// both directions.
+func MakePrivate() error {
+	return mount("make-private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+}
+
+// Assemble mounts the root described by p at p.Root. Call it after MakePrivate.
+func Assemble(p Plan) error {
+	if err := mountOverlay(p.RootLayer, p.Root); err != nil {
+		return err
+	}
+	in := func(target string) string { return filepath.Join(p.Root, target) }
+	for _, o := range p.Overlays {
+		if err := mountOverlay(o, in(o.Target)); err != nil {
+			return err
+		}
+	}
+	for _, b := range p.Binds {
+		flags := uintptr(nosuidNodev)
+		if b.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := bind(b.Source, in(b.Target), flags); err != nil {
+			return err
+		}
+	}
+	if err := mountTmpfs(in("/tmp"), nosuidNodev, 0o1777, p.TmpBytes); err != nil {
+		return err
+	}
+	if err := mountDev(in("/dev"), p.ShmBytes); err != nil {
+		return err
+	}
+	return mountProc(in("/proc"), in("/dev/null"))
+}
+
+func mountOverlay(o Overlay, target string) error {
+	for _, p := range append([]string{o.Upper, o.Work}, o.Lower...) {
+		if strings.ContainsAny(p, ",:\\") {
+			return &Error{Op: "mount", Source: "overlay", Target: target, Fstype: "overlay",
+				Err: fmt.Errorf("layer path %q holds a character overlayfs cannot take", p)}
+		}
+	}
+	data := "lowerdir=" + strings.Join(o.Lower, ":") + ",upperdir=" + o.Upper + ",workdir=" + o.Work
+	return mount("mount", "overlay", target, "overlay", nosuidNodev, data)
+}
+
+func mountTmpfs(target string, flags uintptr, mode uint32, size int64) error {
+	data := "mode=" + strconv.FormatUint(uint64(mode), 8)
+	if size > 0 {
+		data += ",size=" + strconv.FormatInt(size, 10)
+	}
+	return mount("mount", "tmpfs", target, "tmpfs", flags, data)
+}
+
+// mountDev builds a minimal /dev: binds of the host's harmless devices on a
+// nodev tmpfs (a device node made inside does not work), a new devpts instance,
+// /dev/shm and the usual links.
+func mountDev(dev string, shmBytes int64) error {
+	if err := mountTmpfs(dev, nosuidNodev|unix.MS_NOEXEC, 0o755, 1<<20); err != nil {
+		return err
+	}
+	for _, name := range devices {
+		if _, err := os.Stat("/dev/" + name); name == "tty" && err != nil {
+			continue // a host without a tty device: nothing to offer
+		}
+		target := filepath.Join(dev, name)
+		if err := os.WriteFile(target, nil, 0o666); err != nil {
+			return &Error{Op: "create", Target: target, Err: err}
+		}
+		if err := bind("/dev/"+name, target, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
+			return &Error{Op: "mkdir", Target: filepath.Join(dev, d), Err: err}
+		}
+	}
+	if err := mount("mount", "devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := mountTmpfs(filepath.Join(dev, "shm"), nosuidNodev|unix.MS_NOEXEC, 0o1777, shmBytes); err != nil {
+		return err
+	}
+	for _, l := range [][2]string{
+		{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+	} {
+		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
+			return &Error{Op: "symlink", Source: l[0], Target: filepath.Join(dev, l[1]), Err: err}
+		}
+	}
+	return nil
+}
+
+// mountProc mounts a fresh /proc for the caller's pid namespace and masks the
+// paths that reach the host kernel: read-only binds over the tunables, and devNull
+// over files that show kernel memory, keys or timers.
+func mountProc(proc, devNull string) error {
+	if err := mount("mount", "proc", proc, "proc", nosuidNodev|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, name := range readOnlyProc {
+		p := filepath.Join(proc, name)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := bind(p, p, unix.MS_RDONLY|nosuidNodev|unix.MS_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, name := range nullProc {
+		p := filepath.Join(proc, name)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := bind(devNull, p, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PivotRoot makes root the root of this mount namespace, detaches the old root
+// so no host path stays reachable, and changes to workdir (within the new root).
+func PivotRoot(root, workdir string) error {
+	if err := unix.Chdir(root); err != nil {
+		return &Error{Op: "chdir", Target: root, Err: err}
+	}
+	// pivot_root(".", ".") stacks the old root on the new one; unmounting "."
+	// then detaches it without needing a directory to put it in.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return &Error{Op: "pivot_root", Target: root, Err: err}
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return &Error{Op: "umount", Target: "old root", Err: err}
+	}
+	if err := unix.Chdir(workdir); err != nil {
+		return &Error{Op: "chdir", Target: workdir, Err: err}
+	}
+	return nil
+}

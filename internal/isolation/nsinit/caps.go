@@ -1,0 +1,76 @@
+// This file implements the capability step: ambient cleared, bounding dropped to
+// the kept set, then permitted, effective and inheritable set to it.
+
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultCaps is Docker's default capability set: enough for package managers
+// and servers run as root, and neither SYS_ADMIN (mount) nor NET_ADMIN, NET_RAW,
+// SYS_PTRACE, SYS_MODULE or DAC_READ_SEARCH.
+var DefaultCaps = []string{
+	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+	"NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP", "MKNOD",
+}
+
+var capNumbers = map[string]uint{
+	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
+	"FOWNER": unix.CAP_FOWNER, "FSETID": unix.CAP_FSETID, "KILL": unix.CAP_KILL, "SETGID": unix.CAP_SETGID,
+	"SETUID": unix.CAP_SETUID, "SETPCAP": unix.CAP_SETPCAP, "LINUX_IMMUTABLE": unix.CAP_LINUX_IMMUTABLE,
+	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE, "NET_BROADCAST": unix.CAP_NET_BROADCAST,
+	"NET_ADMIN": unix.CAP_NET_ADMIN, "NET_RAW": unix.CAP_NET_RAW, "IPC_LOCK": unix.CAP_IPC_LOCK,
+	"IPC_OWNER": unix.CAP_IPC_OWNER, "SYS_MODULE": unix.CAP_SYS_MODULE, "SYS_RAWIO": unix.CAP_SYS_RAWIO,
+	"SYS_CHROOT": unix.CAP_SYS_CHROOT, "SYS_PTRACE": unix.CAP_SYS_PTRACE, "SYS_PACCT": unix.CAP_SYS_PACCT,
+	"SYS_ADMIN": unix.CAP_SYS_ADMIN, "SYS_BOOT": unix.CAP_SYS_BOOT, "SYS_NICE": unix.CAP_SYS_NICE,
+	"SYS_RESOURCE": unix.CAP_SYS_RESOURCE, "SYS_TIME": unix.CAP_SYS_TIME, "SYS_TTY_CONFIG": unix.CAP_SYS_TTY_CONFIG,
+	"MKNOD": unix.CAP_MKNOD, "LEASE": unix.CAP_LEASE, "AUDIT_WRITE": unix.CAP_AUDIT_WRITE,
+	"AUDIT_CONTROL": unix.CAP_AUDIT_CONTROL, "SETFCAP": unix.CAP_SETFCAP,
+}
+
+// CapMask returns the bit mask of the named capabilities.
+func CapMask(names []string) (uint64, error) {
+	var m uint64
+	for _, n := range names {
+		c, ok := capNumbers[n]
+		if !ok {
+			return 0, fmt.Errorf("unknown capability %q", n)
+		}
+		m |= 1 << c
+	}
+	return m, nil
+}
+
+// applyCaps confines the calling thread (and what it execs) to keep. Call it on
+// the locked thread that execs: capability sets are per thread.
+func applyCaps(keep uint64) error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	for c := uint(0); c < 64; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the kernel's last capability
+		}
+		if err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	for i := range data {
+		v := uint32(keep >> (32 * i))
+		data[i] = unix.CapUserData{Effective: v, Permitted: v, Inheritable: v}
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("setting capabilities: %w", err)
+	}
+	return nil
+}

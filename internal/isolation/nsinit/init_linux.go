@@ -1,0 +1,209 @@
+// This file implements the init stage's ordered containment steps.
+
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/internal/isolation/mount"
+)
+
+// maxPlanBytes bounds the plan read from the parent.
+const maxPlanBytes = 1 << 20
+
+// Main runs the init stage. It never returns: it ends in execve of the planned
+// program, or reports its error on StatusFD and exits 1.
+func Main() {
+	// Capabilities, no_new_privs and the cgroup namespace are per thread: apply
+	// them all, and execve, from this one thread.
+	runtime.LockOSThread()
+	err := run()
+	msg := []byte(err.Error())
+	unix.Write(StatusFD, msg)
+	os.Stderr.Write(append([]byte("sbx init: "), append(msg, '\n')...))
+	os.Exit(1)
+}
+
+// step names a failed step in the error init reports.
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+func run() error {
+	p, err := readPlan()
+	if err != nil {
+		return step("reading plan", err)
+	}
+	keep, err := CapMask(p.Caps)
+	if err != nil {
+		return step("caps", err)
+	}
+	// The parent placed this process in its cgroups before writing the plan:
+	// the new cgroup namespace is rooted at the sandbox's groups.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return step("cgroupns", err)
+	}
+	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
+		return step("sethostname", err)
+	}
+	// Host paths (cgroup files) are reachable only until pivot_root.
+	if err := openFDs(p.OpenFDs); err != nil {
+		return step("opening fds", err)
+	}
+	if err := mount.MakePrivate(); err != nil {
+		return step("mounts", err)
+	}
+	if err := mount.Assemble(p.Mount); err != nil {
+		return step("mounts", err)
+	}
+	if err := mount.PivotRoot(p.Mount.Root, p.Workdir); err != nil {
+		return step("pivot_root", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return step("loopback", err)
+	}
+	if err := setRlimits(p.NoFile); err != nil {
+		return step("rlimits", err)
+	}
+	if err := applyCaps(keep); err != nil {
+		return step("caps", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return step("no_new_privs", err)
+	}
+	if err := closeFDs(keptFDs(p)); err != nil {
+		return step("closefds", err)
+	}
+	return step("execve "+p.Path, unix.Exec(p.Path, p.Argv, p.Env))
+}
+
+func readPlan() (*Plan, error) {
+	// The pipe may have been left non-blocking; raw reads want blocking.
+	if err := unix.SetNonblock(PlanFD, false); err != nil {
+		return nil, err
+	}
+	var buf []byte
+	chunk := make([]byte, 64*1024)
+	for {
+		n, err := unix.Read(PlanFD, chunk)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		buf = append(buf, chunk[:n]...)
+		if len(buf) > maxPlanBytes {
+			return nil, fmt.Errorf("plan exceeds %d bytes", maxPlanBytes)
+		}
+	}
+	unix.Close(PlanFD)
+	if len(buf) == 0 {
+		return nil, errors.New("no plan: the parent closed the pipe")
+	}
+	var p Plan
+	if err := json.Unmarshal(buf, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// openFDs opens each file and moves it to its planned number, which must be
+// free: the agent is told these numbers in advance.
+func openFDs(fds []OpenFD) error {
+	for _, o := range fds {
+		fd, err := unix.Open(o.Path, o.Flags|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: o.Path, Err: err}
+		}
+		if fd == o.FD {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(o.FD), unix.F_GETFD, 0); err == nil {
+			unix.Close(fd)
+			return fmt.Errorf("moving %s to fd %d: fd %d is in use", o.Path, o.FD, o.FD)
+		}
+		if err := unix.Dup3(fd, o.FD, unix.O_CLOEXEC); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("moving %s to fd %d: %w", o.Path, o.FD, err)
+		}
+		unix.Close(fd)
+	}
+	return nil
+}
+
+func keptFDs(p *Plan) []int {
+	keep := slices.Clone(p.KeepFDs)
+	for _, o := range p.OpenFDs {
+		keep = append(keep, o.FD)
+	}
+	return keep
+}
+
+// closeFDs marks every fd from 3 up close-on-exec, then clears the flag on keep:
+// no fd the init inherited or opened reaches the agent unless declared
+// (CVE-2024-21626).
+func closeFDs(keep []int) error {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
+	for _, fd := range keep {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("keeping fd %d: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings lo up: the new network namespace has it down and nothing else.
+func loopbackUp() error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}
+
+// setRlimits sets RLIMIT_NOFILE to min(nofile, current hard) — a hard limit
+// cannot be raised without CAP_SYS_RESOURCE — and RLIMIT_CORE to 0.
+func setRlimits(nofile uint64) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if nofile > 0 {
+		n := min(nofile, lim.Max)
+		// syscall.Setrlimit, not unix's: it also stops syscall.Exec from restoring
+		// the soft limit the Go runtime found at start.
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			return fmt.Errorf("nofile %d: %w", n, err)
+		}
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("core 0: %w", err)
+	}
+	return nil
+}
