@@ -2,7 +2,244 @@
 // and servers, wired together for `sbx serve`.
 package daemon
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sbx/internal/backend"
+	"sbx/internal/backend/builtin"
+	"sbx/internal/config"
+	"sbx/internal/logkey"
+	"sbx/internal/manager"
+	"sbx/internal/server/httpapi"
+	"sbx/internal/store"
+)
 
 // Main runs `sbx serve` with args (after "serve") until ctx ends; it returns an exit code.
-func Main(ctx context.Context, args []string) int { panic("unimplemented") }
+func Main(ctx context.Context, args []string) int {
+	return run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
+}
+
+// newHandler builds the HTTP API; a variable so the daemon's own test can stand
+// in for an API that is not built yet.
+var newHandler = func(m *manager.Manager, opts httpapi.Options) http.Handler { return httpapi.New(m, opts) }
+
+// run is Main with its environment and output handed in.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	loaded, err := config.Load(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		config.Usage(stdout)
+		return 0
+	case errors.Is(err, config.ErrUsage):
+		fmt.Fprintf(stderr, "sbx serve: %v\n", strings.TrimPrefix(err.Error(), config.ErrUsage.Error()+": "))
+		config.Usage(stderr)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "sbx serve: %v\n", err)
+		return 2
+	}
+	cfg := loaded.Config
+	if err := cfg.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "sbx serve: config: %s\n", line)
+		}
+		return 2
+	}
+	if loaded.PrintConfig {
+		fmt.Fprint(stdout, cfg.TOML())
+		return 0
+	}
+	log := newLogger(stderr, cfg.LogLevel).With(logkey.Component, "daemon")
+	if err := serve(ctx, cfg, log, stdout); err != nil {
+		fmt.Fprintf(stderr, "sbx serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	l.UnmarshalText([]byte(level)) // validated by config
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serve runs the daemon on cfg until ctx ends.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) (retErr error) {
+	dir := cfg.DataDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating data directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("securing data directory: %w", err)
+	}
+	unlock, err := lockDataDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	st, err := store.Open(ctx, filepath.Join(dir, "sbx.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keyPath, err := ensureAdminKey(ctx, st, dir, log)
+	if err != nil {
+		return err
+	}
+	instance, err := ensureInstance(dir)
+	if err != nil {
+		return err
+	}
+	log = log.With("instance", instance)
+
+	drivers, unopened := openDrivers(ctx, cfg, instance, log)
+	m, err := manager.New(ctx, manager.Options{
+		Store:                st,
+		Drivers:              drivers,
+		Unopened:             unopened,
+		Policy:               cfg.Policy,
+		Log:                  log,
+		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		QueueTimeout:         cfg.QueueTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	if err := m.Recover(ctx); err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	log.Info("recovered sandboxes from the store", logkey.Duration, time.Since(began))
+
+	tcp, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		m.Close(context.Background())
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	sockPath := cfg.SocketPath()
+	unix, err := listenUnix(sockPath)
+	if err != nil {
+		tcp.Close()
+		m.Close(context.Background())
+		return err
+	}
+	defer os.Remove(sockPath)
+
+	srv := &http.Server{
+		Handler:           newHandler(m, httpapi.Options{Log: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 2)
+	for _, l := range []net.Listener{tcp, unix} {
+		go func() { serveErr <- srv.Serve(l) }()
+	}
+	fmt.Fprintf(stdout, "sbx listening on http://%s and unix:%s\n", tcp.Addr(), sockPath)
+	fmt.Fprintf(stdout, "admin API key: %s\n", keyPath)
+	log.Info("serving", "listen", tcp.Addr().String(), "socket", sockPath, "backends", strings.Join(cfg.Backends, ","))
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case err := <-serveErr:
+		failed = fmt.Errorf("serving: %w", err)
+		log.Error("serving failed; shutting down", logkey.Err, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests did not finish in time", logkey.Err, err)
+		srv.Close()
+	}
+	if err := m.Close(sctx); err != nil {
+		log.Warn("closing the manager", logkey.Err, err)
+	}
+	log.Info("stopped; sandboxes keep running")
+	return failed
+}
+
+// openDrivers opens each configured backend; one that fails is logged and
+// reported unopened, so health shows why.
+func openDrivers(ctx context.Context, cfg config.Config, instance string, log *slog.Logger) ([]manager.NamedDriver, []manager.UnopenedDriver) {
+	builtin.Register()
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		log.Error("resolving the sbx executable", logkey.Err, err)
+	}
+	var (
+		drivers  []manager.NamedDriver
+		unopened []manager.UnopenedDriver
+	)
+	for _, name := range cfg.Backends {
+		open, ok := backend.Lookup(name)
+		if !ok {
+			err := fmt.Errorf("no such backend (known: %s)", strings.Join(backend.Names(), ", "))
+			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)
+			unopened = append(unopened, manager.UnopenedDriver{Name: name, Err: err})
+			continue
+		}
+		dataDir := filepath.Join(cfg.DataDir, "backends", name)
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)
+			unopened = append(unopened, manager.UnopenedDriver{Name: name, Err: err})
+			continue
+		}
+		d, err := open(ctx, backend.Options{
+			DataDir:          dataDir,
+			Instance:         instance,
+			Exe:              exe,
+			Log:              log.With(logkey.Component, "backend", logkey.Backend, name),
+			OutputLimitBytes: cfg.OutputLimitBytes,
+			SpillLimitBytes:  cfg.SpillLimitBytes,
+		})
+		if err != nil {
+			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)
+			unopened = append(unopened, manager.UnopenedDriver{Name: name, Err: err})
+			continue
+		}
+		drivers = append(drivers, manager.NamedDriver{Name: name, Driver: d})
+	}
+	return drivers, unopened
+}
+
+// listenUnix listens on a unix socket at path, mode 0600, replacing a stale one
+// (the data-dir lock is held, so no live daemon of ours owns it).
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("socket path %s exists and is not a socket; remove it or choose another --socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating socket directory: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on unix:%s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("securing socket: %w", err)
+	}
+	return l, nil
+}

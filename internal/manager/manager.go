@@ -5,11 +5,16 @@ package manager
 
 import (
 	"context"
-	"io"
+	"errors"
+	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"time"
 
+	"sbx/internal/agentclient"
 	"sbx/internal/backend"
+	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 	"sbx/internal/store"
 )
@@ -28,162 +33,197 @@ type Options struct {
 	Policy  sandbox.Policy
 	Log     *slog.Logger
 	// MaxConcurrentCreates bounds creates in flight; others wait in the queue.
+	// 0 means 2×GOMAXPROCS.
 	MaxConcurrentCreates int
 	// QueueTimeout bounds the wait in the queue before ErrUnavailable (503).
+	// 0 means DefaultQueueTimeout.
 	QueueTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Unopened are configured drivers that failed to open: Health reports them
+	// unavailable with the reason, and their sandboxes wait in
+	// recovery_required for a start where they open.
+	Unopened []UnopenedDriver
 }
 
+// UnopenedDriver is a configured driver that failed to open.
+type UnopenedDriver struct {
+	Name string
+	Err  error
+}
+
+// DefaultQueueTimeout is how long a create waits in the queue by default.
+const DefaultQueueTimeout = 60 * time.Second
+
+const (
+	// cleanupTimeout bounds a Destroy that must run after its request ended.
+	cleanupTimeout = 60 * time.Second
+	// readyTimeout bounds the wait for a new sandbox's agent to answer.
+	readyTimeout = 30 * time.Second
+	// reprobeInterval is the least time between two probes of the drivers
+	// triggered by failing creates.
+	reprobeInterval = 5 * time.Second
+)
+
+// errShutdown ends the manager's lifetime and answers creates after Close.
+var errShutdown = fmt.Errorf("%w: shutting down", sandbox.ErrUnavailable)
+
 // Manager is safe for concurrent use.
-type Manager struct{}
+type Manager struct {
+	store        *store.Store
+	drivers      []NamedDriver
+	unopened     []UnopenedDriver
+	policy       sandbox.Policy
+	log          *slog.Logger
+	now          func() time.Time
+	slots        chan struct{} // create admission: one token per create in flight
+	queueTimeout time.Duration
+
+	lifetime context.Context // ends at Close, with errShutdown
+	cancel   context.CancelCauseFunc
+	closing  chan struct{} // closed when Close begins
+	reaper   sync.WaitGroup
+	wake     chan struct{} // nudges the reaper; buffered 1
+
+	mu sync.Mutex
+	// Everything below is guarded by mu.
+	closed        bool
+	inflight      sync.WaitGroup // creates admitted before Close
+	live          map[sandbox.ID]*liveSandbox
+	creating      map[sandbox.ID]bool // creates in flight in this process
+	deleting      map[sandbox.ID]bool
+	reports       []probe
+	probedAt      time.Time
+	reaperStarted bool
+}
+
+// liveSandbox is a running sandbox this process can reach.
+type liveSandbox struct {
+	client  *agentclient.Client
+	backend string
+	// deadline is when the sandbox expires. Built from the clock's now plus the
+	// time left, so with time.Now it carries a monotonic reading and a jump of
+	// the wall clock does not make it expire.
+	deadline time.Time
+}
+
+// probe is a cached driver Report.
+type probe struct {
+	report backend.Report
+	err    error
+}
 
 // New returns a manager; call Recover before serving.
-func New(ctx context.Context, opts Options) (*Manager, error) { panic("unimplemented") }
-
-// Recover re-adopts the sandboxes the store lists (and whose drivers can reattach)
-// and cleans up the rest, then starts the TTL reaper.
-func (m *Manager) Recover(ctx context.Context) error { panic("unimplemented") }
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Store == nil {
+		return nil, errors.New("manager: no store")
+	}
+	if len(opts.Drivers) == 0 && len(opts.Unopened) == 0 {
+		return nil, errors.New("manager: no drivers")
+	}
+	if err := opts.Policy.Check(); err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	n := opts.MaxConcurrentCreates
+	if n <= 0 {
+		n = 2 * runtime.GOMAXPROCS(0)
+	}
+	qt := opts.QueueTimeout
+	if qt <= 0 {
+		qt = DefaultQueueTimeout
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	lifetime, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	m := &Manager{
+		store:        opts.Store,
+		drivers:      opts.Drivers,
+		unopened:     opts.Unopened,
+		policy:       opts.Policy,
+		log:          log.With(logkey.Component, "manager"),
+		now:          now,
+		slots:        make(chan struct{}, n),
+		queueTimeout: qt,
+		lifetime:     lifetime,
+		cancel:       cancel,
+		closing:      make(chan struct{}),
+		wake:         make(chan struct{}, 1),
+		live:         map[sandbox.ID]*liveSandbox{},
+		creating:     map[sandbox.ID]bool{},
+		deleting:     map[sandbox.ID]bool{},
+	}
+	m.probeAll(ctx)
+	return m, nil
+}
 
 // Close stops admitting work, waits for in-flight creates within ctx, and stops the
 // reaper. Sandboxes keep running.
-func (m *Manager) Close(ctx context.Context) error { panic("unimplemented") }
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.closing)
+	m.mu.Unlock()
 
-// Create admits req through the policy and the queue, starts it on the first
-// available driver, and returns the running sandbox.
-func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
-	panic("unimplemented")
+	done := make(chan struct{})
+	go func() {
+		m.inflight.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for creates in flight: %w", context.Cause(ctx))
+	}
+	m.cancel(errShutdown)
+	m.reaper.Wait()
+
+	m.mu.Lock()
+	for id, l := range m.live {
+		l.client.Close()
+		delete(m.live, id)
+	}
+	m.mu.Unlock()
+	return err
 }
 
-func (m *Manager) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
-	panic("unimplemented")
+// driver returns the configured driver named name, or nil.
+func (m *Manager) driver(name string) backend.Driver {
+	for _, d := range m.drivers {
+		if d.Name == name {
+			return d.Driver
+		}
+	}
+	return nil
 }
 
-// List returns the sandboxes whose labels include every pair in labels.
-func (m *Manager) List(ctx context.Context, labels map[string]string) ([]sandbox.Sandbox, error) {
-	panic("unimplemented")
+// notFound is the one error for an id that names no sandbox.
+func notFound(op string, id sandbox.ID) error {
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
 }
 
-// Update changes what may change on a live sandbox.
-type Update struct {
-	// Timeout, when set, makes the sandbox expire this long from now.
-	Timeout *time.Duration
-	// Labels, when set, replace the labels.
-	Labels map[string]string
+// checkID validates id's shape; a malformed id is reported as not found.
+func checkID(op string, id sandbox.ID) error {
+	if _, err := sandbox.ParseID(string(id)); err != nil {
+		return notFound(op, id)
+	}
+	return nil
 }
 
-func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (sandbox.Sandbox, error) {
-	panic("unimplemented")
-}
-
-// Delete destroys the sandbox. A second call returns ErrNotFound.
-func (m *Manager) Delete(ctx context.Context, id sandbox.ID) error { panic("unimplemented") }
-
-// Exec admits req through the policy and runs it; see agentclient.Client.Exec.
-func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Processes(ctx context.Context, id sandbox.ID) ([]sandbox.ProcessInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Process(ctx context.Context, id sandbox.ID, pid string) (sandbox.ProcessInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Attach(ctx context.Context, id sandbox.ID, pid string, replay bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) WaitProcess(ctx context.Context, id sandbox.ID, pid string, timeout time.Duration) (sandbox.ProcessInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) WriteStdin(ctx context.Context, id sandbox.ID, pid string, data []byte, eof bool) error {
-	panic("unimplemented")
-}
-
-func (m *Manager) Signal(ctx context.Context, id sandbox.ID, pid string, sig int) (string, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) ReadFile(ctx context.Context, id sandbox.ID, path string, offset, limit int64) (sandbox.ReadResult, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) WriteFile(ctx context.Context, id sandbox.ID, path string, content []byte, mode uint32, appendTo bool) (sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Stat(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) ListDir(ctx context.Context, id sandbox.ID, path string, depth int) ([]sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) MakeDir(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Move(ctx context.Context, id sandbox.ID, src, dst string) (sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Remove(ctx context.Context, id sandbox.ID, path string) error {
-	panic("unimplemented")
-}
-
-func (m *Manager) Glob(ctx context.Context, id sandbox.ID, pattern, dir string, limit int) ([]string, bool, error) {
-	panic("unimplemented")
-}
-
-// GrepRequest selects lines to find.
-type GrepRequest struct {
-	Pattern    string
-	Path       string
-	Include    string
-	IgnoreCase bool
-	Fixed      bool
-	Limit      int
-}
-
-func (m *Manager) Grep(ctx context.Context, id sandbox.ID, req GrepRequest) ([]sandbox.GrepMatch, bool, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Download(ctx context.Context, id sandbox.ID, path string) (io.ReadCloser, sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-func (m *Manager) Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, mode uint32) (sandbox.FileInfo, error) {
-	panic("unimplemented")
-}
-
-// BackendHealth is one driver's probe, as GET /v1/health shows it.
-type BackendHealth struct {
-	Name      string
-	Available bool
-	Primary   bool // the one new sandboxes go to
-	Level     string
-	Sandbox   bool
-	Layers    map[string]sandbox.LayerState
-	Reasons   []string
-}
-
-// Health probes every configured driver.
-func (m *Manager) Health(ctx context.Context) []BackendHealth { panic("unimplemented") }
-
-// Key is an API key's identity (never its secret).
-type Key struct {
-	ID   string
-	Name string
-}
-
-// Authenticate returns the key whose secret is token (compared by hash, in
-// constant time), or an error wrapping sandbox.ErrUnauthenticated.
-func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
-	panic("unimplemented")
+// cleanupContext returns a context for teardown that outlives ctx, boundedly.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }

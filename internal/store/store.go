@@ -1,6 +1,133 @@
 // Package store keeps sandbox records and API keys in an embedded SQLite file
-// (modernc.org/sqlite, pure Go), with versioned migrations.
+// (modernc.org/sqlite, pure Go), with versioned migrations. It keeps records
+// only: it knows nothing of drivers, the manager or the servers.
 package store
 
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
 // Store is safe for concurrent use.
-type Store struct{}
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating when missing) the database file at path and migrates it to
+// the current schema. The file and its WAL are made mode 0600 (the daemon also
+// keeps them in a 0700 directory).
+func Open(ctx context.Context, path string) (*Store, error) {
+	if strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("opening store %s: path must not contain '?' or '#'", path)
+	}
+	q := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", path+"?"+q)
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	// One connection: writes serialize in SQLite anyway, and a single connection
+	// rules out SQLITE_BUSY between our own connections. Reads are short.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating store %s: %w", path, err)
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			db.Close()
+			return nil, fmt.Errorf("securing store file: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// migrations are the ordered schema steps; step i brings user_version to i+1.
+// Never edit a released step: append a new one.
+var migrations = []string{
+	`CREATE TABLE sandboxes (
+		id         TEXT PRIMARY KEY,
+		state      TEXT NOT NULL,
+		backend    TEXT NOT NULL,
+		spec       TEXT NOT NULL,
+		isolation  TEXT NOT NULL DEFAULT '{}',
+		saved      BLOB,
+		labels     TEXT NOT NULL DEFAULT '{}',
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL DEFAULT 0,
+		error      TEXT NOT NULL DEFAULT '',
+		updated_at INTEGER NOT NULL
+	);
+	CREATE INDEX sandboxes_state ON sandboxes(state);
+	CREATE TABLE api_keys (
+		id         TEXT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		hash       TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		revoked_at INTEGER
+	);`,
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("reading user_version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this sbx knows (%d)", v, len(migrations))
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("applying migration %d: %w", i+1, err)
+		}
+		// PRAGMA takes no bound parameters; i is ours.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {
+			return fmt.Errorf("setting user_version %d: %w", i+1, err)
+		}
+	}
+	return tx.Commit()
+}
+
+// SchemaVersion returns the schema version of the open database.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+func unixMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+func isConstraint(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "constraint failed")
+}
+
+var errNoRow = sql.ErrNoRows
+
+func notFound(err error) bool { return errors.Is(err, errNoRow) }

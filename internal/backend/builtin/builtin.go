@@ -1,0 +1,21 @@
+// Package builtin is the one list of drivers compiled into sbx. Register adds them
+// to the backend registry; the daemon calls it before opening SANDBOX_BACKEND.
+package builtin
+
+import (
+	"sync"
+
+	"sbx/internal/backend"
+	"sbx/internal/backend/native"
+)
+
+var once sync.Once
+
+// Register registers every built-in driver. It is idempotent.
+func Register() {
+	once.Do(func() {
+		backend.Register("native", native.Open)
+		// TODO(lead): add backend.Register("local", local.Open) once
+		// internal/backend/local exists; it is being written in parallel.
+	})
+}

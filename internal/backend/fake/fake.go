@@ -1,0 +1,383 @@
+// Package fake is an in-memory backend.Driver for manager and API tests. It fails
+// on demand, records its calls, and serves an agent that answers only Health, over
+// in-process pipes. It is a test double: it never proves a real feature.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"sbx/api/agent/sbxagent"
+	"sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx/internal/backend"
+	"sbx/internal/sandbox"
+)
+
+// Call is one recorded method call.
+type Call struct {
+	Method string
+	ID     sandbox.ID
+}
+
+// Driver is the fake. Its zero value is not usable: call New.
+type Driver struct {
+	name string
+
+	mu sync.Mutex
+	// Everything below is guarded by mu.
+	report       backend.Report
+	probeErr     error
+	applied      sandbox.Isolation
+	startDelay   time.Duration
+	startErrs    []error // consumed one per Start
+	recoverErr   error
+	destroyErrs  []error // consumed one per Destroy
+	running      map[sandbox.ID]bool
+	held         map[sandbox.ID]bool // host resources, for Lister
+	calls        []Call
+	srv          *http.Server
+	lis          *pipeListener
+	serveStarted bool
+}
+
+// New returns a fake driver reporting itself as name, available, as a sandbox
+// with every layer applied.
+func New(name string) *Driver {
+	layers := map[string]sandbox.LayerState{}
+	for _, l := range sandbox.AllLayers {
+		layers[l] = sandbox.Applied
+	}
+	d := &Driver{
+		name: name,
+		report: backend.Report{Backend: name, Available: true, Level: "fake", Sandbox: true, Layers: layers,
+			Checks: []backend.Check{{Name: "fake", OK: true}}},
+		applied: sandbox.Isolation{Backend: name, Level: "fake", Layers: layers, Sandbox: true, Cgroup: "none"},
+		running: map[sandbox.ID]bool{},
+		held:    map[sandbox.ID]bool{},
+	}
+	d.lis = &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	path, h := sbxagentconnect.NewAgentHandler(agent{})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	d.srv = &http.Server{Handler: mux, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
+	return d
+}
+
+// Open is a backend.Opener for the registry: a fresh driver named "fake".
+func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
+	return New("fake"), nil
+}
+
+// Close stops the in-process agent server; dialled connections end.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	started := d.serveStarted
+	d.serveStarted = true // no server after Close
+	d.mu.Unlock()
+	d.lis.Close()
+	if started {
+		return d.srv.Close()
+	}
+	return nil
+}
+
+// SetAvailable makes Probe report the driver (un)available, with reason.
+func (d *Driver) SetAvailable(ok bool, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.report.Available = ok
+	d.report.Checks = []backend.Check{{Name: "fake", OK: ok, Reason: reason}}
+}
+
+// SetSandbox makes the driver report itself as not a sandbox (as local does).
+func (d *Driver) SetSandbox(isSandbox bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.report.Sandbox = isSandbox
+	d.applied.Sandbox = isSandbox
+	if !isSandbox {
+		d.applied.Level = "none"
+		d.report.Level = "none"
+		d.applied.Layers = map[string]sandbox.LayerState{}
+		d.report.Layers = map[string]sandbox.LayerState{}
+	}
+}
+
+// FailProbe makes Probe itself fail with err (nil clears it).
+func (d *Driver) FailProbe(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.probeErr = err
+}
+
+// SetLayer sets what Start reports as applied for layer.
+func (d *Driver) SetLayer(layer string, st sandbox.LayerState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	layers := map[string]sandbox.LayerState{}
+	for k, v := range d.applied.Layers {
+		layers[k] = v
+	}
+	layers[layer] = st
+	d.applied.Layers = layers
+}
+
+// SetStartDelay makes each Start take d, or end early with ctx.
+func (d *Driver) SetStartDelay(delay time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.startDelay = delay
+}
+
+// FailNextStart makes the next Start fail with err (queued: one per call).
+func (d *Driver) FailNextStart(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.startErrs = append(d.startErrs, err)
+}
+
+// FailRecover makes every Recover fail with err (nil clears it).
+func (d *Driver) FailRecover(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.recoverErr = err
+}
+
+// FailNextDestroy makes the next Destroy fail with err (queued: one per call).
+func (d *Driver) FailNextDestroy(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.destroyErrs = append(d.destroyErrs, err)
+}
+
+// Hold pretends the driver holds host resources for id (for Lister).
+func (d *Driver) Hold(id sandbox.ID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held[id] = true
+}
+
+// Calls returns the recorded calls, oldest first.
+func (d *Driver) Calls() []Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.calls)
+}
+
+// Called reports how many times method was called for id ("" for any id).
+func (d *Driver) Called(method string, id sandbox.ID) int {
+	n := 0
+	for _, c := range d.Calls() {
+		if c.Method == method && (id == "" || c.ID == id) {
+			n++
+		}
+	}
+	return n
+}
+
+// Held lists the ids the driver holds resources for, sorted.
+func (d *Driver) Held() []sandbox.ID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []sandbox.ID
+	for id := range d.held {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (d *Driver) record(method string, id sandbox.ID) {
+	d.calls = append(d.calls, Call{Method: method, ID: id})
+}
+
+// Probe implements backend.Driver.
+func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.record("Probe", "")
+	if d.probeErr != nil {
+		return backend.Report{}, d.probeErr
+	}
+	r := d.report
+	r.Checks = slices.Clone(r.Checks)
+	return r, nil
+}
+
+// Start implements backend.Driver.
+func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*backend.Instance, error) {
+	d.mu.Lock()
+	d.record("Start", spec.ID)
+	delay := d.startDelay
+	var err error
+	if len(d.startErrs) > 0 {
+		err, d.startErrs = d.startErrs[0], d.startErrs[1:]
+	}
+	if err == nil {
+		d.held[spec.ID] = true // resources exist while starting, as in a real driver
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			d.mu.Lock()
+			delete(d.held, spec.ID)
+			d.mu.Unlock()
+			return nil, fmt.Errorf("starting %s: %w", spec.ID, context.Cause(ctx))
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Like a real driver, report what is applied (Instance.Applied) and let the
+	// manager judge it against spec.RequireLayers.
+	d.running[spec.ID] = true
+	return d.instance(spec.ID), nil
+}
+
+func (d *Driver) instance(id sandbox.ID) *backend.Instance {
+	iso := d.applied
+	iso.Layers = map[string]sandbox.LayerState{}
+	for k, v := range d.applied.Layers {
+		iso.Layers[k] = v
+	}
+	return &backend.Instance{ID: id, Dial: d.dial, Applied: iso, Saved: []byte("fake:" + string(id))}
+}
+
+// Stop implements backend.Driver.
+func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.record("Stop", id)
+	if !d.held[id] {
+		return fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
+	}
+	delete(d.running, id)
+	return nil
+}
+
+// Wait implements backend.Driver.
+func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) {
+	d.mu.Lock()
+	d.record("Wait", id)
+	d.mu.Unlock()
+	<-ctx.Done()
+	return sandbox.Exit{}, context.Cause(ctx)
+}
+
+// Destroy implements backend.Driver.
+func (d *Driver) Destroy(ctx context.Context, id sandbox.ID) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.record("Destroy", id)
+	if len(d.destroyErrs) > 0 {
+		var err error
+		err, d.destroyErrs = d.destroyErrs[0], d.destroyErrs[1:]
+		if err != nil {
+			return err
+		}
+	}
+	delete(d.running, id)
+	delete(d.held, id)
+	return nil
+}
+
+// Recover implements backend.Driver: saved must be what Start handed out.
+func (d *Driver) Recover(ctx context.Context, id sandbox.ID, saved []byte) (*backend.Instance, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.record("Recover", id)
+	if d.recoverErr != nil {
+		return nil, d.recoverErr
+	}
+	if string(saved) != "fake:"+string(id) {
+		return nil, fmt.Errorf("recovering %s: saved state %w", id, sandbox.ErrNotFound)
+	}
+	d.held[id] = true
+	d.running[id] = true
+	return d.instance(id), nil
+}
+
+// ListHeld implements backend.Lister.
+func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
+	return d.Held(), nil
+}
+
+func (d *Driver) dial(ctx context.Context) (net.Conn, error) {
+	d.mu.Lock()
+	if !d.serveStarted {
+		d.serveStarted = true
+		go d.srv.Serve(d.lis)
+	}
+	d.mu.Unlock()
+	client, server := net.Pipe()
+	select {
+	case d.lis.conns <- server:
+		return client, nil
+	case <-d.lis.done:
+		client.Close()
+		server.Close()
+		return nil, fmt.Errorf("dialing fake agent: %w", net.ErrClosed)
+	case <-ctx.Done():
+		client.Close()
+		server.Close()
+		return nil, context.Cause(ctx)
+	}
+}
+
+// agent answers Health and nothing else.
+type agent struct {
+	sbxagentconnect.UnimplementedAgentHandler
+}
+
+func (agent) Health(context.Context, *connect.Request[sbxagent.HealthRequest]) (*connect.Response[sbxagent.HealthResponse], error) {
+	return connect.NewResponse(&sbxagent.HealthResponse{Version: "fake"}), nil
+}
+
+// pipeListener hands the server ends of net.Pipe connections to http.Server.
+type pipeListener struct {
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "fake-agent" }
+
+var (
+	_ backend.Driver = (*Driver)(nil)
+	_ backend.Lister = (*Driver)(nil)
+)

@@ -1,0 +1,185 @@
+// This file implements create: policy admission, the queue, driver choice with
+// fallback, a durable intent record before any side effect, and rollback.
+
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"sbx/internal/agentclient"
+	"sbx/internal/backend"
+	"sbx/internal/logkey"
+	"sbx/internal/sandbox"
+)
+
+// Create admits req through the policy and the queue, starts it on the first
+// available driver, and returns the running sandbox.
+func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
+	const op = "create"
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: &RetryError{Err: errShutdown, After: 5 * time.Second}}
+	}
+	m.inflight.Add(1)
+	m.mu.Unlock()
+	defer m.inflight.Done()
+
+	spec, err := m.policy.Admit(req)
+	if err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+	}
+	if err := m.acquire(ctx); err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+	}
+	defer m.release()
+
+	nd, rep, err := m.pick(ctx)
+	if err != nil {
+		m.reprobe(ctx) // a host that gained a backend serves the retry
+		if nd, rep, err = m.pick(ctx); err != nil {
+			return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+		}
+	}
+	spec.ID = sandbox.NewID()
+	if !rep.Sandbox {
+		// The operator listed a non-sandbox backend (local): it has no layers to
+		// require, and the isolation it reports says so.
+		spec.RequireLayers = nil
+	}
+	sb, err := m.start(ctx, nd, spec)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrIsolation) {
+			m.reprobe(ctx)
+		}
+		return sandbox.Sandbox{}, sandbox.Wrap(op, spec.ID, err)
+	}
+	return sb, nil
+}
+
+// start runs one create on nd: intent, Start, checks, agent, commit. On error
+// nothing is left, or, when teardown itself fails, a record in state error that
+// the next daemon start retries.
+func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) (_ sandbox.Sandbox, retErr error) {
+	id := spec.ID
+	log := m.log.With(logkey.SandboxID, id, logkey.Backend, nd.Name)
+	began := time.Now()
+
+	m.mu.Lock()
+	m.creating[id] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, id)
+		m.mu.Unlock()
+	}()
+
+	now := m.now()
+	rec := sandbox.Sandbox{
+		ID:        id,
+		State:     sandbox.StateCreating,
+		Backend:   nd.Name,
+		Spec:      spec,
+		CreatedAt: now,
+		ExpiresAt: now.Add(spec.TTL),
+	}
+	if err := m.store.PutSandbox(ctx, rec); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("recording intent: %w", err)
+	}
+
+	var inst *backend.Instance
+	var client *agentclient.Client
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		if client != nil {
+			client.Close()
+		}
+		m.rollback(ctx, nd, id, retErr)
+	}()
+
+	inst, err := nd.Driver.Start(ctx, spec)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if inst.Applied.Backend == "" {
+		inst.Applied.Backend = nd.Name
+	}
+	if missing := missingLayers(spec.RequireLayers, inst.Applied); len(missing) > 0 {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: required layer %s not applied by backend %s",
+			sandbox.ErrIsolation, strings.Join(missing, ", "), nd.Name)
+	}
+
+	client = agentclient.New(id, inst.Dial)
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	err = client.WaitReady(rctx)
+	cancel()
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("waiting for the agent: %w", err)
+	}
+
+	now = m.now()
+	deadline := now.Add(spec.TTL)
+	sb, err := m.store.UpdateSandbox(ctx, id, func(r *sandbox.Sandbox) error {
+		r.State = sandbox.StateRunning
+		r.Saved = inst.Saved
+		r.Isolation = inst.Applied
+		r.ExpiresAt = deadline
+		return nil
+	})
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("recording start: %w", err)
+	}
+	m.adopt(id, nd.Name, client, deadline)
+	sb.Spec.Env = spec.Env
+	log.InfoContext(ctx, "sandbox created", logkey.Duration, time.Since(began), "level", inst.Applied.Level)
+	return sb, nil
+}
+
+// rollback destroys what a failed create may have left and drops its record;
+// when Destroy fails the record stays, in state error, for the next start.
+func (m *Manager) rollback(ctx context.Context, nd NamedDriver, id sandbox.ID, cause error) {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	log := m.log.With(logkey.SandboxID, id, logkey.Backend, nd.Name)
+	log.InfoContext(cctx, "create failed; rolling back", logkey.Err, cause)
+	if err := nd.Driver.Destroy(cctx, id); err != nil {
+		log.ErrorContext(cctx, "rolling back a failed create: destroy failed; the record stays for a retry", logkey.Err, err)
+		m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {
+			r.State = sandbox.StateError
+			r.Error = "create failed and its teardown failed: " + err.Error()
+			return nil
+		})
+		return
+	}
+	if err := m.store.DeleteSandbox(cctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		log.ErrorContext(cctx, "rolling back a failed create: deleting the record", logkey.Err, err)
+	}
+}
+
+// missingLayers returns the layers of required that applied does not enforce.
+func missingLayers(required []string, applied sandbox.Isolation) []string {
+	var out []string
+	for _, l := range required {
+		if applied.Layers[l] != sandbox.Applied {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// adopt makes a running sandbox reachable and schedules its expiry.
+func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.Client, deadline time.Time) {
+	m.mu.Lock()
+	if old := m.live[id]; old != nil {
+		old.client.Close()
+	}
+	m.live[id] = &liveSandbox{client: client, backend: backendName, deadline: deadline}
+	m.mu.Unlock()
+	m.nudge()
+}

@@ -1,0 +1,196 @@
+// This file implements the record operations: get, list, update and delete.
+
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"sbx/internal/logkey"
+	"sbx/internal/sandbox"
+)
+
+// Get returns the record of sandbox id.
+func (m *Manager) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
+	const op = "get"
+	if err := checkID(op, id); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := m.store.GetSandbox(ctx, id)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.Sandbox{}, notFound(op, id)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	return sb, nil
+}
+
+// List returns the sandboxes whose labels include every pair in labels.
+func (m *Manager) List(ctx context.Context, labels map[string]string) ([]sandbox.Sandbox, error) {
+	all, err := m.store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, &sandbox.Error{Op: "list", Err: err}
+	}
+	out := all[:0]
+	for _, sb := range all {
+		if hasLabels(sb.Spec.Labels, labels) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Update changes what may change on a live sandbox.
+type Update struct {
+	// Timeout, when set, makes the sandbox expire this long from now.
+	Timeout *time.Duration
+	// Labels, when set, replace the labels.
+	Labels map[string]string
+}
+
+// Update applies u to running sandbox id and returns the new record.
+func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (sandbox.Sandbox, error) {
+	const op = "update"
+	if err := checkID(op, id); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	var errs []error
+	if u.Timeout != nil && (*u.Timeout < time.Second || *u.Timeout > m.policy.MaxTTL) {
+		errs = append(errs, sandbox.Invalid("timeout", "%d s is outside [1, %d] s",
+			int64(*u.Timeout/time.Second), int64(m.policy.MaxTTL/time.Second)))
+	}
+	if u.Labels != nil {
+		// The label rules are Admit's; the other fields take their defaults.
+		if _, err := m.policy.Admit(sandbox.CreateRequest{Labels: u.Labels}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	var deadline time.Time
+	if u.Timeout != nil {
+		deadline = m.now().Add(*u.Timeout)
+	}
+	sb, err := m.store.UpdateSandbox(ctx, id, func(r *sandbox.Sandbox) error {
+		if r.State != sandbox.StateRunning {
+			return wrongState(r.State)
+		}
+		if u.Timeout != nil {
+			r.ExpiresAt = deadline
+		}
+		if u.Labels != nil {
+			r.Spec.Labels = maps.Clone(u.Labels)
+		}
+		return nil
+	})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.Sandbox{}, notFound(op, id)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	if u.Timeout != nil {
+		m.mu.Lock()
+		if l := m.live[id]; l != nil {
+			l.deadline = deadline
+		}
+		m.mu.Unlock()
+		m.nudge()
+	}
+	return sb, nil
+}
+
+func wrongState(st sandbox.State) error {
+	return fmt.Errorf("%w: sandbox is %s", sandbox.ErrWrongState, st)
+}
+
+// Delete destroys the sandbox. A second call returns ErrNotFound.
+func (m *Manager) Delete(ctx context.Context, id sandbox.ID) error {
+	return m.destroy(ctx, "delete", id, "")
+}
+
+// destroy tears sandbox id down: intent (state deleting), Destroy, then the
+// record. When Destroy fails the record stays, in state error, and the next
+// daemon start retries it. why, when set, is logged as the reason.
+func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why string) error {
+	if err := checkID(op, id); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	switch {
+	case m.deleting[id]:
+		m.mu.Unlock()
+		return notFound(op, id) // it is on its way out
+	case m.creating[id]:
+		m.mu.Unlock()
+		return &sandbox.Error{Op: op, ID: id, Err: &RetryError{
+			Err: fmt.Errorf("%w: sandbox is being created; retry once it is running", sandbox.ErrWrongState), After: time.Second}}
+	}
+	m.deleting[id] = true
+	l := m.live[id]
+	delete(m.live, id)
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.deleting, id)
+		m.mu.Unlock()
+	}()
+	if l != nil {
+		l.client.Close()
+	}
+
+	cctx, cancel := cleanupContext(ctx) // a dropped request must not leave half a teardown
+	defer cancel()
+	began := time.Now()
+	sb, err := m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {
+		r.State = sandbox.StateDeleting
+		return nil
+	})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return notFound(op, id)
+	}
+	if err != nil {
+		return &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	log := m.log.With(logkey.SandboxID, id, logkey.Backend, sb.Backend)
+	d := m.driver(sb.Backend)
+	if d == nil {
+		// Its host resources cannot be reached from this configuration; the record
+		// goes (every state can be deleted), and the operator is told.
+		log.WarnContext(cctx, "deleting a sandbox whose backend is not configured; its host resources may remain")
+	} else if err := d.Destroy(cctx, id); err != nil {
+		log.ErrorContext(cctx, "destroying sandbox failed; the record stays for a retry", logkey.Err, err)
+		m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {
+			r.State = sandbox.StateError
+			r.Error = "teardown failed: " + err.Error()
+			return nil
+		})
+		return &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("destroying sandbox: %w", err)}
+	}
+	if err := m.store.DeleteSandbox(cctx, id); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return notFound(op, id)
+		}
+		return &sandbox.Error{Op: op, ID: id, Err: err}
+	}
+	attrs := []any{logkey.Duration, time.Since(began), logkey.Op, op}
+	if why != "" {
+		attrs = append(attrs, "reason", why)
+	}
+	log.InfoContext(cctx, "sandbox destroyed", attrs...)
+	return nil
+}

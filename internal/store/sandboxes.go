@@ -1,0 +1,202 @@
+// This file implements the sandboxes table: one row per sandbox the daemon owns,
+// written before each side effect so a restart can reconcile it with the host.
+
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	"sbx/internal/sandbox"
+)
+
+const sandboxColumns = `id, state, backend, spec, isolation, saved, labels, created_at, expires_at, error`
+
+// PutSandbox inserts a new record. It fails with sandbox.ErrExists when the id is
+// taken. Spec.Env is not persisted: environment values may carry secrets.
+func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	r, err := encode(sb)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, sb.State, sb.Backend, r.spec, r.isolation, sb.Saved, r.labels,
+		unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), sb.Error, time.Now().UnixMilli())
+	if isConstraint(err) {
+		return fmt.Errorf("sandbox %s %w", sb.ID, sandbox.ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("inserting sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// UpdateSandbox reads the record of id, lets fn change it, and writes back its
+// state, saved, isolation, expires_at, labels and error, atomically. fn must not
+// call the store. It fails with sandbox.ErrNotFound when there is no such record,
+// and returns fn's error unchanged (writing nothing) when fn fails.
+func (s *Store) UpdateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandbox.Sandbox) error) (sandbox.Sandbox, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	if notFound(err) {
+		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("reading sandbox %s: %w", id, err)
+	}
+	if err := fn(&sb); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb.ID = id
+	r, err := encode(sb)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, expires_at = ?,
+		labels = ?, spec = ?, error = ?, updated_at = ? WHERE id = ?`,
+		sb.State, sb.Saved, r.isolation, unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, time.Now().UnixMilli(), id)
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// GetSandbox returns the record of id, or an error wrapping sandbox.ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
+	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	if notFound(err) {
+		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("reading sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns every record, oldest first; with states, only those in
+// one of them.
+func (s *Store) ListSandboxes(ctx context.Context, states ...sandbox.State) ([]sandbox.Sandbox, error) {
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	var args []any
+	if len(states) > 0 {
+		q += ` WHERE state IN (?` + repeat(",?", len(states)-1) + `)`
+		for _, st := range states {
+			args = append(args, st)
+		}
+	}
+	q += ` ORDER BY created_at, rowid`
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []sandbox.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSandbox removes the record of id, or fails with sandbox.ErrNotFound.
+func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
+	}
+	return nil
+}
+
+type encoded struct {
+	spec, isolation, labels string
+}
+
+func encode(sb sandbox.Sandbox) (encoded, error) {
+	spec := sb.Spec
+	spec.Env = nil
+	spec.Labels = nil // kept in their own column
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return encoded{}, fmt.Errorf("encoding spec of %s: %w", sb.ID, err)
+	}
+	iso, err := json.Marshal(sb.Isolation)
+	if err != nil {
+		return encoded{}, fmt.Errorf("encoding isolation of %s: %w", sb.ID, err)
+	}
+	labels := sb.Spec.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	lb, err := json.Marshal(labels)
+	if err != nil {
+		return encoded{}, fmt.Errorf("encoding labels of %s: %w", sb.ID, err)
+	}
+	return encoded{string(b), string(iso), string(lb)}, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(row scanner) (sandbox.Sandbox, error) {
+	var (
+		sb                sandbox.Sandbox
+		spec, iso, labels string
+		created, expires  int64
+		saved             []byte
+		state             string
+	)
+	if err := row.Scan(&sb.ID, &state, &sb.Backend, &spec, &iso, &saved, &labels, &created, &expires, &sb.Error); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb.State = sandbox.State(state)
+	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("decoding spec of %s: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(iso), &sb.Isolation); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("decoding isolation of %s: %w", sb.ID, err)
+	}
+	var l map[string]string
+	if err := json.Unmarshal([]byte(labels), &l); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("decoding labels of %s: %w", sb.ID, err)
+	}
+	if len(l) > 0 {
+		sb.Spec.Labels = maps.Clone(l)
+	}
+	sb.Spec.ID = sb.ID
+	if len(saved) > 0 {
+		sb.Saved = saved
+	}
+	sb.CreatedAt = fromMS(created)
+	sb.ExpiresAt = fromMS(expires)
+	return sb, nil
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for range n {
+		out += s
+	}
+	return out
+}
+
+var _ scanner = (*sql.Row)(nil)
