@@ -59,6 +59,13 @@ type Pauser interface {
 	Resume(ctx context.Context, id sandbox.ID) error
 }
 
+// Resizer is implemented by drivers that can change a running sandbox's limits
+// (memory, pids, CPU) in place. The manager's warm pool needs it to hand out a
+// sandbox started ahead of demand with the limits a request asks for.
+type Resizer interface {
+	Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) error
+}
+
 // Stats is the resource use of one sandbox.
 type Stats struct {
 	MemoryBytes     int64

@@ -32,6 +32,10 @@ type Config struct {
 	Policy sandbox.Policy `toml:"-"`
 	// MaxConcurrentCreates bounds creates in flight; others wait in the queue.
 	MaxConcurrentCreates int `toml:"max_concurrent_creates"`
+	// PoolSize is how many sandboxes of the policy's default shape the daemon keeps
+	// started ahead of demand, so a create that fits is a hand-out, not a cold
+	// start. 0 turns the warm pool off. Env SBX_POOL_SIZE.
+	PoolSize int `toml:"pool_size"`
 	// QueueTimeout bounds a create's wait in the queue before a 503.
 	QueueTimeout time.Duration `toml:"queue_timeout"`
 	// OutputLimitBytes is the per-stream output an exec result keeps (head and tail).
@@ -54,6 +58,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		Backends:             []string{"native"},
 		Policy:               sandbox.DefaultPolicy(),
 		MaxConcurrentCreates: 2 * runtime.GOMAXPROCS(0),
+		PoolSize:             4,
 		QueueTimeout:         60 * time.Second,
 		OutputLimitBytes:     1 * sandbox.MiB,
 		SpillLimitBytes:      256 * sandbox.MiB,
@@ -146,6 +151,9 @@ func checkBackends(c *Config) error {
 
 func checkLimits(c *Config) error {
 	var errs []error
+	if c.PoolSize < 0 || c.PoolSize > 1024 {
+		errs = append(errs, fmt.Errorf("pool_size: %d is outside [0, 1024]", c.PoolSize))
+	}
 	if c.MaxConcurrentCreates < 1 {
 		errs = append(errs, fmt.Errorf("max_concurrent_creates: %d is below 1", c.MaxConcurrentCreates))
 	}

@@ -147,6 +147,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 		c.MaxConcurrentCreates = n
 	}
+	if v := getenv("SBX_POOL_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool_size (from SBX_POOL_SIZE): %q is not a number", v))
+		}
+		c.PoolSize = n
+	}
 	dur("SBX_QUEUE_TIMEOUT", "queue_timeout", &c.QueueTimeout)
 	dur("SBX_SHUTDOWN_TIMEOUT", "shutdown_timeout", &c.ShutdownTimeout)
 	return errors.Join(errs...)

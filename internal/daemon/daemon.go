@@ -112,6 +112,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Policy:               cfg.Policy,
 		Log:                  log,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		PoolSize:             cfg.PoolSize,
 		QueueTimeout:         cfg.QueueTimeout,
 	})
 	if err != nil {

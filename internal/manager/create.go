@@ -33,6 +33,13 @@ func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 	}
+	if m.poolSize > 0 {
+		if nd, rep, err := m.pick(ctx); err == nil && rep.Sandbox {
+			if sb, ok := m.takeWarm(ctx, nd, spec); ok {
+				return sb, nil
+			}
+		}
+	}
 	if err := m.acquire(ctx); err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 	}

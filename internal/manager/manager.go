@@ -44,6 +44,10 @@ type Options struct {
 	// unavailable with the reason, and their sandboxes wait in
 	// recovery_required for a start where they open.
 	Unopened []UnopenedDriver
+	// PoolSize is how many sandboxes of the policy's default shape are kept
+	// started ahead of demand (0: none). Creates that fit take one instead of
+	// starting cold.
+	PoolSize int
 }
 
 // UnopenedDriver is a configured driver that failed to open.
@@ -95,6 +99,12 @@ type Manager struct {
 	reports       []probe
 	probedAt      time.Time
 	reaperStarted bool
+
+	poolSize    int
+	pool        []*warm // ready warm sandboxes; guarded by mu
+	poolFilling int     // warm starts in flight; guarded by mu
+	poolKick    chan struct{}
+	poolLoop    sync.WaitGroup
 }
 
 // liveSandbox is a running sandbox this process can reach.
@@ -157,6 +167,8 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		live:         map[sandbox.ID]*liveSandbox{},
 		creating:     map[sandbox.ID]bool{},
 		deleting:     map[sandbox.ID]bool{},
+		poolSize:     opts.PoolSize,
+		poolKick:     make(chan struct{}, 1),
 	}
 	m.probeAll(ctx)
 	return m, nil
@@ -187,6 +199,8 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.cancel(errShutdown)
 	m.reaper.Wait()
+	m.poolLoop.Wait()
+	m.drainPool(context.WithoutCancel(ctx))
 
 	m.mu.Lock()
 	for id, l := range m.live {

@@ -22,6 +22,7 @@ const recoverParallelism = 16
 // Recover re-adopts the sandboxes the store lists (and whose drivers can reattach)
 // and cleans up the rest, then starts the TTL reaper.
 func (m *Manager) Recover(ctx context.Context) error {
+	defer m.startPool()
 	defer m.startReaper()
 	rows, err := m.store.ListSandboxes(ctx)
 	if err != nil {
@@ -93,6 +94,8 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 	switch sb.State {
 	case sandbox.StateCreating:
 		m.forget(ctx, d, sb, "create interrupted by a daemon restart")
+	case sandbox.StateWarm:
+		m.forget(ctx, d, sb, "warm sandbox of a previous daemon run")
 	case sandbox.StateDeleting:
 		m.forget(ctx, d, sb, "delete interrupted by a daemon restart")
 	case sandbox.StateError, sandbox.StateQuarantined:

@@ -20,7 +20,7 @@ func (m *Manager) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, erro
 		return sandbox.Sandbox{}, err
 	}
 	sb, err := m.store.GetSandbox(ctx, id)
-	if errors.Is(err, sandbox.ErrNotFound) {
+	if errors.Is(err, sandbox.ErrNotFound) || sb.State == sandbox.StateWarm {
 		return sandbox.Sandbox{}, notFound(op, id)
 	}
 	if err != nil {
@@ -37,7 +37,7 @@ func (m *Manager) List(ctx context.Context, labels map[string]string) ([]sandbox
 	}
 	out := all[:0]
 	for _, sb := range all {
-		if hasLabels(sb.Spec.Labels, labels) {
+		if sb.State != sandbox.StateWarm && hasLabels(sb.Spec.Labels, labels) {
 			out = append(out, sb)
 		}
 	}

@@ -13,6 +13,8 @@ const (
 	StateDeleting         State = "deleting"
 	StateRecoveryRequired State = "recovery_required"
 	StateQuarantined      State = "quarantined"
+	// StateWarm is a sandbox started ahead of demand, not yet handed to anyone.
+	StateWarm State = "warm"
 )
 
 // Sandbox is the record of one sandbox, as the store keeps it and the API shows it.

@@ -381,3 +381,11 @@ var (
 	_ backend.Driver = (*Driver)(nil)
 	_ backend.Lister = (*Driver)(nil)
 )
+
+// Resize implements backend.Resizer; it records the call.
+func (d *Driver) Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) error {
+	d.record("Resize", id)
+	return nil
+}
+
+var _ backend.Resizer = (*Driver)(nil)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/backend"
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/sandbox"
 )
 
@@ -305,3 +306,20 @@ func (d *Driver) hierarchies() []string {
 	}
 	return out
 }
+
+// Resize implements backend.Resizer: it rewrites the sandbox's cgroup limits.
+func (d *Driver) Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) error {
+	b, ok, err := d.lookup("resize", id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &sandbox.Error{Op: "resize", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	if err := b.group.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
+		return &sandbox.Error{Op: "resize", ID: id, Err: err}
+	}
+	return nil
+}
+
+var _ backend.Resizer = (*Driver)(nil)

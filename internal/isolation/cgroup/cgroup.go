@@ -229,10 +229,18 @@ func (g *Group) SetLimits(lim Limits) error {
 		return errors.Join(errs...)
 	}
 	if d := g.v1["memory"]; d != "" && lim.MemoryBytes > 0 {
-		set(d, "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10))
-		// memsw (memory+swap) exists only with swap accounting; equal means no swap.
-		if _, err := os.Stat(filepath.Join(d, "memory.memsw.limit_in_bytes")); err == nil {
-			set(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10))
+		v := strconv.FormatInt(lim.MemoryBytes, 10)
+		// memsw (memory+swap) exists only with swap accounting; equal means no
+		// swap. The kernel keeps memory ≤ memsw, so raising a limit writes memsw
+		// first and lowering it writes memory first.
+		memsw := filepath.Join(d, "memory.memsw.limit_in_bytes")
+		if _, err := os.Stat(memsw); err != nil {
+			set(d, "memory.limit_in_bytes", v)
+		} else if writeFile(filepath.Join(d, "memory.limit_in_bytes"), v) == nil {
+			set(d, "memory.memsw.limit_in_bytes", v)
+		} else {
+			set(d, "memory.memsw.limit_in_bytes", v)
+			set(d, "memory.limit_in_bytes", v)
 		}
 	}
 	if d := g.v1["pids"]; d != "" && lim.Pids > 0 {

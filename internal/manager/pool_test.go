@@ -1,0 +1,87 @@
+package manager
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"sbx/internal/sandbox"
+)
+
+// waitReady polls the pool until it holds n ready sandboxes; the deadline is a
+// hang guard, not a timing assertion.
+func waitReady(t *testing.T, m *Manager, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Pool().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool ready = %d, want %d", m.Pool().Ready, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPoolHandsOutWarmSandboxes(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.PoolSize = 2 })
+	waitReady(t, e.m, 2)
+
+	// Warm sandboxes are the daemon's own: not listed.
+	if l, err := e.m.List(t.Context(), nil); err != nil || len(l) != 0 {
+		t.Fatalf("List with only warm sandboxes = %v, %v; want none", l, err)
+	}
+
+	sb, err := e.m.Create(t.Context(), sandbox.CreateRequest{MemoryBytes: 256 * sandbox.MiB, Labels: map[string]string{"a": "b"}})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if sb.State != sandbox.StateRunning || sb.Spec.MemoryBytes != 256*sandbox.MiB || sb.Spec.Labels["a"] != "b" {
+		t.Errorf("handed-out sandbox = %+v", sb)
+	}
+	if got := e.fakes[0].Called("Resize", sb.ID); got != 1 {
+		t.Errorf("Resize(%s) called %d times, want 1 (limits differ from the pool's)", sb.ID, got)
+	}
+	if e.fakes[0].Called("Start", sb.ID) != 1 {
+		t.Errorf("the handed-out sandbox was not one the pool started")
+	}
+	got, err := e.m.Get(t.Context(), sb.ID)
+	if err != nil || got.State != sandbox.StateRunning {
+		t.Errorf("Get(%s) = %+v, %v", sb.ID, got, err)
+	}
+	// The pool refills.
+	waitReady(t, e.m, 2)
+
+	// A request the pool cannot serve (its env is fixed at start) starts cold.
+	cold, err := e.m.Create(t.Context(), sandbox.CreateRequest{Env: map[string]string{"K": "v"}})
+	if err != nil {
+		t.Fatalf("Create with env: %v", err)
+	}
+	if e.fakes[0].Called("Resize", cold.ID) != 0 {
+		t.Errorf("a cold create was resized")
+	}
+
+	// Close destroys the warm ones, and only those.
+	e.m.Close(t.Context())
+	held := e.fakes[0].Held()
+	if len(held) != 2 || !slices.Contains(held, sb.ID) || !slices.Contains(held, cold.ID) {
+		t.Errorf("after Close the driver holds %v, want exactly the two handed-out sandboxes", held)
+	}
+}
+
+func TestRecoverDestroysWarmLeftovers(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.PoolSize = 1 })
+	waitReady(t, e.m, 1)
+	rows, _ := e.st.ListSandboxes(t.Context())
+	if len(rows) != 1 || rows[0].State != sandbox.StateWarm {
+		t.Fatalf("store rows = %+v, want one warm", rows)
+	}
+	warmID := rows[0].ID
+	// A crash: no Close. The next start destroys what the pool left.
+	e.opts.PoolSize = 0
+	e.m = e.start(t)
+	if e.fakes[0].Called("Destroy", warmID) == 0 {
+		t.Errorf("Recover did not destroy warm sandbox %s", warmID)
+	}
+	if _, err := e.st.GetSandbox(t.Context(), warmID); err == nil {
+		t.Errorf("warm record %s survived Recover", warmID)
+	}
+}
