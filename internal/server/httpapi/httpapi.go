@@ -1,21 +1,330 @@
 // Package httpapi serves the REST API /v1 on net/http.ServeMux. Handlers return
-// errors; writeError is the one place an error becomes an HTTP response.
+// errors; writeError is the one place an error becomes an HTTP response. The
+// contract is api/openapi/openapi.json; a test keeps the routes and it in step.
 package httpapi
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
 
+	"sbx/internal/logkey"
 	"sbx/internal/manager"
+	"sbx/internal/sandbox"
 )
 
 // Options configure the API server.
 type Options struct {
 	Log *slog.Logger
 	// MaxBodyBytes bounds JSON request bodies (uploads stream and are bounded
-	// separately).
+	// separately). 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxUploadBytes bounds a streamed upload; 0 means no bound of the API's own.
+	MaxUploadBytes int64
+}
+
+// DefaultMaxBodyBytes is the default bound of a JSON request body.
+const DefaultMaxBodyBytes = 16 << 20
+
+// service is what the API needs of the manager; *manager.Manager implements it.
+// It exists so the API's own tests can stand in for the manager.
+type service interface {
+	Authenticate(ctx context.Context, token string) (manager.Key, error)
+	Health(ctx context.Context) []manager.BackendHealth
+
+	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
+	Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error)
+	List(ctx context.Context, labels map[string]string) ([]sandbox.Sandbox, error)
+	Update(ctx context.Context, id sandbox.ID, u manager.Update) (sandbox.Sandbox, error)
+	Delete(ctx context.Context, id sandbox.ID) error
+
+	Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error)
+	Processes(ctx context.Context, id sandbox.ID) ([]sandbox.ProcessInfo, error)
+	Process(ctx context.Context, id sandbox.ID, pid string) (sandbox.ProcessInfo, error)
+	Attach(ctx context.Context, id sandbox.ID, pid string, replay bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error)
+	WaitProcess(ctx context.Context, id sandbox.ID, pid string, timeout time.Duration) (sandbox.ProcessInfo, error)
+	WriteStdin(ctx context.Context, id sandbox.ID, pid string, data []byte, eof bool) error
+	Signal(ctx context.Context, id sandbox.ID, pid string, sig int) (string, error)
+
+	ReadFile(ctx context.Context, id sandbox.ID, path string, offset, limit int64) (sandbox.ReadResult, error)
+	WriteFile(ctx context.Context, id sandbox.ID, path string, content []byte, mode uint32, appendTo bool) (sandbox.FileInfo, error)
+	Stat(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error)
+	ListDir(ctx context.Context, id sandbox.ID, path string, depth int) ([]sandbox.FileInfo, error)
+	MakeDir(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error)
+	Move(ctx context.Context, id sandbox.ID, src, dst string) (sandbox.FileInfo, error)
+	Remove(ctx context.Context, id sandbox.ID, path string) error
+	Glob(ctx context.Context, id sandbox.ID, pattern, dir string, limit int) ([]string, bool, error)
+	Grep(ctx context.Context, id sandbox.ID, req manager.GrepRequest) ([]sandbox.GrepMatch, bool, error)
+	Download(ctx context.Context, id sandbox.ID, path string) (io.ReadCloser, sandbox.FileInfo, error)
+	Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, mode uint32) (sandbox.FileInfo, error)
+}
+
+var _ service = (*manager.Manager)(nil)
+
+// server is the /v1 API over one service.
+type server struct {
+	m              service
+	log            *slog.Logger
+	maxBody        int64
+	maxUploadBytes int64
+	mux            *http.ServeMux
 }
 
 // New returns the /v1 handler over m.
-func New(m *manager.Manager, opts Options) http.Handler { panic("unimplemented") }
+func New(m *manager.Manager, opts Options) http.Handler { return newServer(m, opts) }
+
+func newServer(m service, opts Options) *server {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{
+		m:              m,
+		log:            log.With(logkey.Component, "httpapi"),
+		maxBody:        opts.MaxBodyBytes,
+		maxUploadBytes: opts.MaxUploadBytes,
+		mux:            http.NewServeMux(),
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.path, s.handle(rt))
+	}
+	return s
+}
+
+// handlerFunc is the shape of every handler: it writes a success response, or
+// returns an error for writeError.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route is one entry of the routing table, which the OpenAPI test walks.
+type route struct {
+	method, path string
+	op           string // the operation named in errors and logs
+	public       bool   // served without an API key
+	h            handlerFunc
+}
+
+func (s *server) routes() []route {
+	const sb = "/v1/sandboxes/{id}"
+	return []route{
+		{"GET", "/v1/health", "health", true, s.health},
+		{"GET", "/v1/openapi.json", "openapi", true, s.openAPI},
+
+		{"POST", "/v1/sandboxes", "create", false, s.create},
+		{"GET", "/v1/sandboxes", "list", false, s.list},
+		{"GET", sb, "get", false, s.get},
+		{"PATCH", sb, "update", false, s.update},
+		{"DELETE", sb, "delete", false, s.delete},
+
+		{"POST", sb + "/exec", "exec", false, s.exec},
+		{"GET", sb + "/processes", "list_processes", false, s.processes},
+		{"GET", sb + "/processes/{pid}", "get_process", false, s.process},
+		{"GET", sb + "/processes/{pid}/output", "attach", false, s.attach},
+		{"POST", sb + "/processes/{pid}/wait", "wait_process", false, s.wait},
+		{"POST", sb + "/processes/{pid}/stdin", "write_stdin", false, s.stdin},
+		{"POST", sb + "/processes/{pid}/signal", "signal", false, s.signal},
+
+		{"GET", sb + "/files/read", "read_file", false, s.readFile},
+		{"PUT", sb + "/files/write", "write_file", false, s.writeFile},
+		{"GET", sb + "/files/stat", "stat", false, s.stat},
+		{"GET", sb + "/files/list", "list_dir", false, s.listDir},
+		{"POST", sb + "/files/mkdir", "make_dir", false, s.makeDir},
+		{"POST", sb + "/files/move", "move", false, s.move},
+		{"DELETE", sb + "/files", "remove", false, s.remove},
+		{"GET", sb + "/files/glob", "glob", false, s.glob},
+		{"GET", sb + "/files/grep", "grep", false, s.grep},
+		{"GET", sb + "/files/download", "download", false, s.download},
+		{"PUT", sb + "/files/upload", "upload", false, s.upload},
+	}
+}
+
+// ServeHTTP sets the request id, authenticates, routes, and answers unknown
+// routes with the API's error body.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(r)
+	w.Header().Set("X-Request-Id", rid)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r) // sets the path values
+		return
+	}
+	// No route. Callers without a valid key learn nothing about the route table.
+	rw := &responseWriter{ResponseWriter: w}
+	began := time.Now()
+	_, err := s.authenticate(r)
+	if err == nil {
+		err = s.noRoute(r)
+	}
+	s.writeError(rw, r, route{}, err)
+	s.logRequest(r, route{}, rw, began)
+}
+
+// noRoute says why the mux found no pattern: an unknown path, or a method the
+// path does not serve.
+func (s *server) noRoute(r *http.Request) error {
+	var allowed []string
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) == 0 {
+		return fmt.Errorf("route %w: %s", sandbox.ErrNotFound, truncate(r.URL.Path, 200))
+	}
+	return &methodError{method: r.Method, allowed: allowed}
+}
+
+// methodError is a method the path does not serve: 405.
+type methodError struct {
+	method  string
+	allowed []string
+}
+
+func (e *methodError) Error() string {
+	return fmt.Sprintf("method %s is not allowed here (allowed: %s)", truncate(e.method, 20), strings.Join(e.allowed, ", "))
+}
+
+type requestIDKey struct{}
+
+type routeKey struct{}
+
+// routeOf returns the route serving r; the zero route outside handle.
+func routeOf(r *http.Request) route {
+	rt, _ := r.Context().Value(routeKey{}).(route)
+	return rt
+}
+
+// RequestID returns the request id the API gave ctx's request.
+func RequestID(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(requestIDKey{}).(string)
+	return id, ok
+}
+
+// requestID returns the caller's X-Request-Id when it is short and plain, else a
+// new random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && strings.Trim(id,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == "" {
+		return id
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// handle adapts rt to http.Handler: auth, recovery, writeError, logging.
+func (s *server) handle(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
+		rw := &responseWriter{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), routeKey{}, rt))
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.ErrorContext(r.Context(), "handler panicked", logkey.Op, rt.op,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				s.writeError(rw, r, rt, fmt.Errorf("handler panicked: %v", p))
+			}
+			s.logRequest(r, rt, rw, began)
+		}()
+		var err error
+		if !rt.public {
+			var k manager.Key
+			k, err = s.authenticate(r)
+			rw.keyID = k.ID
+		}
+		if err == nil {
+			err = rt.h(rw, r)
+		}
+		if err != nil {
+			s.writeError(rw, r, rt, err)
+		}
+	})
+}
+
+// authenticate checks the request's bearer token.
+func (s *server) authenticate(r *http.Request) (manager.Key, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return manager.Key{}, fmt.Errorf("%w: no API key given (Authorization: Bearer <API key>)", sandbox.ErrUnauthenticated)
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return manager.Key{}, fmt.Errorf("%w: the Authorization header is not \"Bearer <API key>\"", sandbox.ErrUnauthenticated)
+	}
+	k, err := s.m.Authenticate(r.Context(), token)
+	if err == nil && k.ID == "" {
+		err = fmt.Errorf("%w: invalid API key", sandbox.ErrUnauthenticated) // never trust a zero key
+	}
+	if err != nil {
+		return manager.Key{}, err
+	}
+	return k, nil
+}
+
+func (s *server) logRequest(r *http.Request, rt route, rw *responseWriter, began time.Time) {
+	if !s.log.Enabled(r.Context(), slog.LevelDebug) {
+		return
+	}
+	rid, _ := RequestID(r.Context())
+	attrs := []any{logkey.RequestID, rid, logkey.Method, r.Method, logkey.Status, rw.status,
+		logkey.Duration, time.Since(began)}
+	if rt.op != "" {
+		attrs = append(attrs, logkey.Op, rt.op)
+	}
+	if id := r.PathValue("id"); id != "" {
+		attrs = append(attrs, logkey.SandboxID, truncate(id, 64))
+	}
+	if rw.keyID != "" {
+		attrs = append(attrs, logkey.KeyID, rw.keyID)
+	}
+	s.log.DebugContext(r.Context(), "request", attrs...)
+}
+
+// responseWriter records the status for the log and whether the header went.
+type responseWriter struct {
+	http.ResponseWriter
+	status int
+	keyID  string
+}
+
+func (rw *responseWriter) WriteHeader(code int) {
+	if rw.status == 0 {
+		rw.status = code
+	}
+	rw.ResponseWriter.WriteHeader(code)
+}
+
+func (rw *responseWriter) Write(b []byte) (int, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return rw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
+
+func (rw *responseWriter) wroteHeader() bool { return rw.status != 0 }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

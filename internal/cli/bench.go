@@ -1,0 +1,234 @@
+// This file implements `sbx bench`: it measures a daemon through the public API
+// beside bubblewrap, in one run, and prints a table with ratios (package bench).
+// Without --external it starts private daemons from this same binary on temporary
+// data dirs: one with the defaults (warm pool on) and one with the pool off, so
+// the table shows both the hand-out and the cold-start figures.
+
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"sbx/api/openapi"
+	"sbx/internal/bench"
+	"sbx/internal/client"
+)
+
+func runBench(ctx context.Context, e *env, args []string) int {
+	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--backend B] [--external] [--json]")
+	var opts bench.Options
+	fs.IntVar(&opts.Runs, "runs", 200, "samples per latency figure, after warm-up")
+	fs.IntVar(&opts.Warmup, "warmup", 20, "warm-up runs before each latency figure")
+	fs.IntVar(&opts.Concurrency, "concurrency", 4, "workers for the throughput figures")
+	fs.IntVar(&opts.Cycles, "cycles", 300, "create+exec+destroy cycles for the throughput figure")
+	fs.IntVar(&opts.Idle, "idle", 100, "idle sandboxes for the memory figures (0 skips)")
+	backendName := fs.String("backend", "native", "SANDBOX_BACKEND of the private daemons")
+	external := fs.Bool("external", false, "measure the daemon found by SBX_URL/SBX_API_KEY (or the local data dir) instead of private ones")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return e.parseErr(fs, err, exitMisuse)
+	}
+	opts.Progress = e.stderr
+
+	var rep bench.Report
+	if *external {
+		c, err := e.newClient()
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		rep, err = bench.Run(ctx, benchAPI{c}, opts)
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		rep.Backend = "external"
+	} else {
+		d, err := startPrivateDaemon(ctx, *backendName, "")
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		opts.DaemonPID = d.cmd.Process.Pid
+		rep, err = bench.Run(ctx, benchAPI{d.client}, opts)
+		d.stop()
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		rep.Backend = *backendName
+		fmt.Fprintln(e.stderr, "cold start with the warm pool off")
+		cold, err := startPrivateDaemon(ctx, *backendName, "0")
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		s, err := bench.ColdStart(ctx, benchAPI{cold.client}, opts)
+		cold.stop()
+		if err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
+		rep.ColdStartNoPool = &s
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+		return exitOK
+	}
+	rep.WriteTable(e.stdout)
+	return exitOK
+}
+
+// benchAPI adapts the Go client to what package bench drives.
+type benchAPI struct{ c *client.Client }
+
+func (a benchAPI) Create(ctx context.Context) (string, error) {
+	sb, err := a.c.Create(ctx, openapi.CreateSandboxRequest{})
+	if err != nil {
+		return "", err
+	}
+	return sb.ID, nil
+}
+
+func (a benchAPI) Exec(ctx context.Context, id string, argv []string) (int, error) {
+	res, err := a.c.Exec(ctx, id, openapi.ExecRequest{Argv: argv})
+	if err != nil {
+		return 0, err
+	}
+	return client.ExitCode(res), nil
+}
+
+func (a benchAPI) Delete(ctx context.Context, id string) error { return a.c.Delete(ctx, id) }
+
+// privateDaemon is an `sbx serve` the bench started and owns.
+type privateDaemon struct {
+	cmd    *exec.Cmd
+	dir    string
+	client *client.Client
+	done   chan struct{}
+}
+
+const benchChildEnv = "SBX_BENCH_CHILD"
+
+var benchListenLine = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startPrivateDaemon runs this binary's `sbx serve` on a temporary data dir and a
+// free loopback port; poolSize, when set, is its SBX_POOL_SIZE.
+func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*privateDaemon, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the sbx binary: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "sbx-bench-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dir, "sbx.sock"))
+	// The marker stops a binary that is not sbx (a test binary) from recursing:
+	// its "serve" would run `bench` again.
+	if os.Getenv(benchChildEnv) != "" {
+		return nil, fmt.Errorf("sbx bench: refusing to start a private daemon from inside one (%s is set)", benchChildEnv)
+	}
+	cmd.Env = append(os.Environ(), "SANDBOX_BACKEND="+backend, "SBX_LOG_LEVEL=warn", benchChildEnv+"=1")
+	if poolSize != "" {
+		cmd.Env = append(cmd.Env, "SBX_POOL_SIZE="+poolSize)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var logBuf strings.Builder
+	cmd.Stderr = &limitedWriter{w: &logBuf, n: 64 << 10}
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting a private sbx serve: %w", err)
+	}
+	d := &privateDaemon{cmd: cmd, dir: dir, done: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := benchListenLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	go func() {
+		cmd.Wait()
+		close(d.done)
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case <-d.done:
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("private sbx serve exited: %s", strings.TrimSpace(logBuf.String()))
+	case <-time.After(60 * time.Second):
+		d.stop()
+		return nil, fmt.Errorf("private sbx serve printed no address within 60 s")
+	case <-ctx.Done():
+		d.stop()
+		return nil, ctx.Err()
+	}
+	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	d.client, err = client.New(url, strings.TrimSpace(string(key)))
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// stop ends the daemon, deletes what it still holds, and removes its data dir.
+func (d *privateDaemon) stop() {
+	if d.client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if l, err := d.client.List(ctx, nil); err == nil {
+			for _, sb := range l {
+				d.client.Delete(ctx, sb.ID)
+			}
+		}
+		cancel()
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.done
+	}
+	os.RemoveAll(d.dir)
+}
+
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n <= 0 {
+		return len(p), nil
+	}
+	q := p
+	if len(q) > l.n {
+		q = q[:l.n]
+	}
+	l.n -= len(q)
+	l.w.Write(q)
+	return len(p), nil
+}

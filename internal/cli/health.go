@@ -1,0 +1,49 @@
+// This file implements `sbx health`.
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+func runHealth(ctx context.Context, e *env, args []string) int {
+	fs := e.flagSet("health", "[--json]\n\nExits 0 when a backend can create sandboxes, 1 otherwise.")
+	jsonOut := fs.Bool("json", false, "print the health object as JSON")
+	if err := fs.Parse(args); err != nil {
+		return e.parseErr(fs, err, exitMisuse)
+	}
+	if fs.NArg() > 0 {
+		return e.misuse(fs, exitMisuse, "unexpected argument %q", fs.Arg(0))
+	}
+	c, err := e.newClient()
+	if err != nil {
+		return e.fail("health", *jsonOut, exitError, err)
+	}
+	defer c.Close()
+	h, err := c.Health(ctx)
+	if err != nil {
+		return e.fail("health", *jsonOut, exitError, err)
+	}
+	if *jsonOut {
+		e.printJSON(h)
+	} else {
+		fmt.Fprintf(e.stdout, "status: %s\n", h.Status)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "BACKEND\tAVAILABLE\tPRIMARY\tLEVEL\tSANDBOX\tREASONS")
+		for _, b := range h.Backends {
+			sb := "yes"
+			if !b.Sandbox {
+				sb = "NOT A SANDBOX"
+			}
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\n", b.Name, b.Available, b.Primary, orDash(b.Level), sb, orDash(strings.Join(b.Reasons, "; ")))
+		}
+		tw.Flush()
+	}
+	if h.Status != "ok" {
+		return exitError
+	}
+	return exitOK
+}
