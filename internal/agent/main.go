@@ -3,5 +3,156 @@
 // sandbox, under every isolation layer, and imports no daemon-side code.
 package agent
 
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/agent/files"
+	"sbx/internal/agent/process"
+	"sbx/internal/agent/service"
+	"sbx/internal/logkey"
+)
+
+// Version is reported by Health.
+const Version = "sbx-agent/1"
+
 // Main runs the agent from os.Args[2] (boot.AgentConfig as JSON). It never returns.
-func Main() { panic("unimplemented") }
+func Main() {
+	// An idle agent should cost little memory: few threads, a small heap.
+	runtime.GOMAXPROCS(2)
+	debug.SetGCPercent(50)
+	debug.SetMemoryLimit(16 << 20)
+
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "sbx agent: missing configuration argument")
+		os.Exit(2)
+	}
+	var cfg boot.AgentConfig
+	if err := json.Unmarshal([]byte(os.Args[2]), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "sbx agent: parsing configuration:", err)
+		os.Exit(2)
+	}
+	// Inherited descriptors stay with the agent: no child may inherit them.
+	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.LogFD} {
+		if fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	logOut := os.Stderr
+	if cfg.LogFD > 0 {
+		logOut = os.NewFile(uintptr(cfg.LogFD), "log")
+	}
+	log := slog.New(slog.NewJSONHandler(logOut, nil)).With(logkey.Component, "agent", logkey.SandboxID, cfg.SandboxID)
+	if cfg.Subreaper {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			log.Error("becoming a subreaper", logkey.Err, err)
+			os.Exit(1)
+		}
+	}
+	ln, err := listen(cfg)
+	if err != nil {
+		log.Error("listening", logkey.Err, err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = Serve(ctx, cfg, ln, log)
+	if cfg.Subreaper {
+		process.KillDescendants(5 * time.Second) // orphans the trees left behind
+	}
+	if err != nil {
+		log.Error("serving", logkey.Err, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// listen returns the inherited listening socket, or creates one at cfg.Listen.
+func listen(cfg boot.AgentConfig) (net.Listener, error) {
+	if cfg.ListenFD > 0 {
+		f := os.NewFile(uintptr(cfg.ListenFD), "listen")
+		defer f.Close() // FileListener dups it
+		return net.FileListener(f)
+	}
+	if cfg.Listen == "" {
+		return nil, errors.New("neither listen_fd nor listen is set")
+	}
+	os.Remove(cfg.Listen) // a stale socket of an earlier agent
+	old := syscall.Umask(0o077)
+	ln, err := net.Listen("unix", cfg.Listen)
+	syscall.Umask(old)
+	return ln, err
+}
+
+// Serve serves cfg on ln until ctx ends, then kills every process tree it
+// started, waits briefly for them, and returns.
+func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	tree, err := files.New(cfg.Root, cfg.Workdir)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer tree.Close()
+	outDir := cfg.OutputDir
+	if outDir == "" {
+		outDir = "/tmp/sbx-output"
+	}
+	table := process.NewTable(process.Config{
+		OutputLimitBytes: cfg.OutputLimitBytes,
+		SpillLimitBytes:  cfg.SpillLimitBytes,
+		CgroupFD:         cfg.CgroupFD,
+		FreezerFD:        cfg.FreezerFD,
+		OOMFD:            cfg.OOMFD,
+		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
+		Log:              log,
+	})
+	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log}, table, tree)
+	defer srv.Close()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		Protocols:         &protos,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			table.KillAll()
+			return err
+		}
+	}
+	table.KillAll()
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	table.WaitAll(wctx)
+	cancel()
+	hs.Close()
+	log.Info("stopped")
+	return nil
+}

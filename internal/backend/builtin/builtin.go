@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"sbx/internal/backend"
+	"sbx/internal/backend/local"
 	"sbx/internal/backend/native"
 )
 
@@ -15,7 +16,6 @@ var once sync.Once
 func Register() {
 	once.Do(func() {
 		backend.Register("native", native.Open)
-		// TODO(lead): add backend.Register("local", local.Open) once
-		// internal/backend/local exists; it is being written in parallel.
+		backend.Register("local", local.Open)
 	})
 }

@@ -1,0 +1,324 @@
+// This file implements Start: stdio (pipes or a PTY), the process's own cgroup,
+// fork and exec through syscall.ForkExec (never os/exec: the reaper owns wait),
+// and the goroutines that read its output.
+
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Start starts s. A command that cannot be found or executed does not fail:
+// it gets a result at once, exit code 127 (not found) or 126 (not executable)
+// with the reason on stderr, as a shell would report it.
+func (t *Table) Start(s Spec) (*Proc, error) {
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return nil, errors.New("empty command")
+	}
+	p := &Proc{
+		Argv: s.Argv, Cwd: s.Cwd, Tag: s.Tag, PTY: s.PTY != nil, Envs: s.Envs,
+		t: t, done: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD),
+	}
+	limit := s.OutputLimitBytes
+	if limit <= 0 {
+		limit = t.cfg.OutputLimitBytes
+	}
+	p.out[0] = newCapture(limit, t.cfg.SpillLimitBytes)
+	p.out[1] = newCapture(limit, t.cfg.SpillLimitBytes)
+	t.mu.Lock()
+	for p.ID == "" || t.procs[p.ID] != nil {
+		p.ID = newID()
+	}
+	t.mu.Unlock()
+
+	path, err := lookPath(s.Argv[0], s.Env, s.Dir)
+	if err != nil {
+		return t.failed(p, err), nil
+	}
+	var (
+		child   [3]*os.File // the child's 0, 1, 2
+		readers []*os.File  // ours: stdout, stderr (or the PTY)
+		closers []*os.File  // closed once the child has them
+	)
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	attr := &syscall.SysProcAttr{}
+	if s.PTY != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("opening a terminal: %w", err)
+		}
+		if s.PTY.Cols > 0 && s.PTY.Rows > 0 {
+			pty.Setsize(ptmx, &pty.Winsize{Cols: s.PTY.Cols, Rows: s.PTY.Rows})
+		}
+		child = [3]*os.File{tty, tty, tty}
+		closers = append(closers, tty)
+		p.ptmx = ptmx
+		readers = []*os.File{ptmx}
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+	} else {
+		if s.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, err
+			}
+			child[0], p.stdin = r, w
+			closers = append(closers, r)
+		} else {
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				return nil, err
+			}
+			child[0] = null
+			closers = append(closers, null)
+		}
+		for i := 1; i <= 2; i++ {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll(readers)
+				p.closeStdio()
+				return nil, err
+			}
+			child[i] = w
+			closers = append(closers, w)
+			readers = append(readers, r)
+		}
+		attr.Setpgid = true
+	}
+	fail := func(err error) (*Proc, error) {
+		closeAll(readers)
+		p.closeStdio()
+		return nil, err
+	}
+	g, err := newGroup(t.kind, t.pfd, p.ID)
+	if err != nil {
+		return fail(err)
+	}
+	if g.kind == treeV2 {
+		attr.UseCgroupFD, attr.CgroupFD = true, int(g.dir.Fd())
+	}
+	pidfd := -1
+	attr.PidFD = &pidfd
+	files := make([]uintptr, 3)
+	for i, f := range child {
+		files[i] = f.Fd() // also puts the child's ends in blocking mode
+	}
+	pa := &syscall.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: attr}
+	p.pending = len(readers) + 1
+
+	reaper.mu.Lock()
+	p.StartedAt = time.Now()
+	var pid int
+	if g.kind == treeV1 {
+		pid, err = forkInFreezer(g, path, s.Argv, pa)
+	} else {
+		pid, err = syscall.ForkExec(path, s.Argv, pa)
+	}
+	if err == nil {
+		p.Pid, p.pidfd, p.group = pid, pidfd, g
+		reaper.procs[pid] = p
+	}
+	reaper.mu.Unlock()
+	if err != nil {
+		g.remove()
+		closeAll(readers)
+		p.closeStdio()
+		if code := execErrCode(err); code != 0 {
+			return t.failed(p, &notRunnable{name: s.Argv[0], code: code, err: err}), nil
+		}
+		return nil, fmt.Errorf("starting %s: %w", s.Argv[0], err)
+	}
+	t.mu.Lock()
+	t.procs[p.ID] = p
+	t.mu.Unlock()
+	if s.Timeout > 0 {
+		p.mu.Lock()
+		if p.status == nil {
+			p.timer = time.AfterFunc(s.Timeout, func() { p.Kill(ReasonTimeout) })
+		}
+		p.mu.Unlock()
+	}
+	for i, r := range readers {
+		go p.read(i+1, r)
+	}
+	return p, nil
+}
+
+// forkInFreezer starts the child already inside its v1 freezer group: a
+// dedicated OS thread joins the group (v1 places threads through "tasks"), forks
+// there, and is then discarded, so the child never runs outside it.
+func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (int, error) {
+	type res struct {
+		pid int
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if err := writeAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
+			ch <- res{err: fmt.Errorf("joining freezer group: %w", err)}
+			return
+		}
+		pid, err := syscall.ForkExec(path, argv, pa)
+		ch <- res{pid, err}
+	}()
+	r := <-ch
+	return r.pid, r.err
+}
+
+func (p *Proc) closeStdio() {
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	if p.ptmx != nil {
+		p.ptmx.Close()
+	}
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// read copies one stream into the process's capture until EOF.
+func (p *Proc) read(stream int, f *os.File) {
+	size := 32 << 10
+	if p.PTY {
+		size = 16 << 10
+	}
+	buf := make([]byte, size)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			p.output(stream, buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	if p.PTY { // WriteStdin and Resize use it under stdinMu
+		p.stdinMu.Lock()
+		p.ptmx = nil
+		f.Close()
+		p.stdinMu.Unlock()
+	} else {
+		f.Close()
+	}
+	p.streamDone()
+}
+
+// notRunnable is why a command could not be executed.
+type notRunnable struct {
+	name string
+	code int
+	err  error
+}
+
+func (e *notRunnable) Error() string {
+	if e.code == 127 {
+		return e.name + ": command not found"
+	}
+	return e.name + ": " + e.err.Error()
+}
+
+func execErrCode(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		return 127
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EPERM):
+		return 126
+	}
+	return 0
+}
+
+// failed records p as a command that could not run.
+func (t *Table) failed(p *Proc, err error) *Proc {
+	code := 127
+	var nr *notRunnable
+	if errors.As(err, &nr) {
+		code = nr.code
+	}
+	now := time.Now()
+	p.StartedAt, p.exitedAt = now, now
+	p.out[1].write([]byte("sbx: "+err.Error()+"\n"), nil)
+	p.mu.Lock()
+	p.seal(&Result{ExitCode: code, Reason: ReasonExited})
+	p.mu.Unlock()
+	t.mu.Lock()
+	t.procs[p.ID] = p
+	t.mu.Unlock()
+	return p
+}
+
+// lookPath resolves name as a shell would: a name with a slash is a path
+// (relative to dir), any other is looked up in env's PATH.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		path := name
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		if err := executable(path); err != nil {
+			return "", &notRunnable{name: name, code: execErrCode(err), err: err}
+		}
+		return path, nil
+	}
+	pathVar := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	var denied error
+	for _, d := range filepath.SplitList(pathVar) {
+		if d == "" {
+			d = "."
+		}
+		path := filepath.Join(d, name)
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		err := executable(path)
+		if err == nil {
+			return path, nil
+		}
+		if errors.Is(err, fs.ErrPermission) && denied == nil {
+			denied = &notRunnable{name: name, code: 126, err: err}
+		}
+	}
+	if denied != nil {
+		return "", denied
+	}
+	return "", &notRunnable{name: name, code: 127, err: syscall.ENOENT}
+}
+
+func executable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return syscall.EISDIR
+	}
+	if st.Mode()&0o111 == 0 {
+		return syscall.EACCES
+	}
+	return nil
+}

@@ -1,0 +1,611 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// Defaults and bounds.
+const (
+	DefaultOutputLimit = 1 << 20
+	DefaultSpillLimit  = 256 << 20
+	// retention of exited processes: at least retainAge, unless retainCount
+	// newer ones exist or their results hold more than retainBytes.
+	retainAge   = 10 * time.Minute
+	retainCount = 1000
+	retainBytes = 64 << 20
+	// drainGrace is how long the result waits, after the process exited, for
+	// output still in flight (a background descendant may hold the pipes open).
+	drainGrace = 200 * time.Millisecond
+	// subMax bounds the live output queued for one slow follower.
+	subMax = 8 << 20
+)
+
+// Exit reasons.
+const (
+	ReasonExited   = "exited"
+	ReasonSignaled = "signaled"
+	ReasonTimeout  = "timeout"
+	ReasonKilled   = "killed"
+	ReasonOOM      = "oom"
+)
+
+// Streams.
+const (
+	Stdout = 1
+	Stderr = 2
+)
+
+// Config configures a Table.
+type Config struct {
+	// OutputLimitBytes is the default per-stream cap on output kept; 0 means 1 MiB.
+	OutputLimitBytes int64
+	// SpillLimitBytes caps each spill file; 0 means 256 MiB.
+	SpillLimitBytes int64
+	// CgroupFD (v2) or FreezerFD (v1), when > 0, is the directory under which
+	// each process gets its own group, so kill reaches its whole tree.
+	CgroupFD, FreezerFD int
+	// OOMFD, when > 0, holds the sandbox's oom_kill counter.
+	OOMFD int
+	// Spill creates the file for the full output of a truncated stream, named
+	// like "p1a2b3c4.stdout", and returns it with its wire path.
+	Spill func(name string) (*os.File, string, error)
+	Log   *slog.Logger
+}
+
+// Table is the agent's process table, shared by every service.
+type Table struct {
+	cfg  Config
+	kind treeKind
+	pfd  int
+
+	mu       sync.Mutex
+	procs    map[string]*Proc // guarded by mu
+	exitedQ  []*Proc          // guarded by mu: exited processes, oldest first
+	retained int64            // guarded by mu: bytes held by exitedQ's results
+}
+
+// NewTable returns a table and starts the reaper.
+func NewTable(cfg Config) *Table {
+	if cfg.OutputLimitBytes <= 0 {
+		cfg.OutputLimitBytes = DefaultOutputLimit
+	}
+	if cfg.SpillLimitBytes <= 0 {
+		cfg.SpillLimitBytes = DefaultSpillLimit
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	t := &Table{cfg: cfg, procs: map[string]*Proc{}}
+	switch {
+	case cfg.CgroupFD > 0:
+		t.kind, t.pfd = treeV2, cfg.CgroupFD
+	case cfg.FreezerFD > 0:
+		t.kind, t.pfd = treeV1, cfg.FreezerFD
+	}
+	startReaper()
+	return t
+}
+
+// TreeKill reports whether kill reaches whole trees (a cgroup per process).
+func (t *Table) TreeKill() bool { return t.kind != treePgrp }
+
+// Size is a terminal size.
+type Size struct{ Cols, Rows uint16 }
+
+// Spec is a command to start.
+type Spec struct {
+	Argv []string
+	Env  []string
+	// Dir is the directory to start in, as the agent can open it (a host path
+	// or /proc/self/fd/N); Cwd is the same as seen on the wire.
+	Dir, Cwd string
+	Stdin    bool // a pipe; else /dev/null
+	PTY      *Size
+	Tag      string
+	Timeout  time.Duration
+	// OutputLimitBytes overrides the table's default cap.
+	OutputLimitBytes int64
+	// Envs are the request's own variables, for envd's List.
+	Envs map[string]string
+}
+
+// Result is how a process ended and what it printed.
+type Result struct {
+	ExitCode int
+	Reason   string
+	Signal   int
+	Duration time.Duration
+	// Stdout and Stderr are head, notice and tail of each stream.
+	Stdout, Stderr               []byte
+	Truncated                    bool
+	StdoutDropped, StderrDropped int64
+	StdoutPath, StderrPath       string
+	StdoutBytes, StderrBytes     int64
+}
+
+// Event is a chunk of output.
+type Event struct {
+	Stream int
+	Data   []byte
+}
+
+// Proc is one process the agent started. Its exported fields do not change.
+type Proc struct {
+	ID        string
+	Pid       int
+	Argv      []string
+	Cwd       string
+	Tag       string
+	PTY       bool
+	Envs      map[string]string
+	StartedAt time.Time
+
+	t     *Table
+	group *group
+	pidfd int
+	oom0  int64
+	done  chan struct{}
+
+	stdinMu sync.Mutex
+	stdin   *os.File // guarded by stdinMu; nil once closed or when none
+	ptmx    *os.File
+
+	mu         sync.Mutex
+	out        [2]*capture // guarded by mu; nil once finished
+	subs       map[*Sub]struct{}
+	status     *syscall.WaitStatus
+	exitedAt   time.Time
+	killReason string
+	pending    int // streams still open, plus one for the exit status
+	timer      *time.Timer
+	drain      *time.Timer
+	result     *Result
+}
+
+// Done is closed once the result is set.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Result returns the result, or nil while the process runs.
+func (p *Proc) Result() *Result {
+	select {
+	case <-p.done:
+		return p.result
+	default:
+		return nil
+	}
+}
+
+// Running reports whether the process has not exited yet (it may still be
+// being reaped or drained: then Result is still nil).
+func (p *Proc) Running() bool { return p.Result() == nil }
+
+func newID() string {
+	var b [5]byte
+	rand.Read(b[:])
+	return "p" + hex.EncodeToString(b[:])
+}
+
+// Get returns process id.
+func (t *Table) Get(id string) (*Proc, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.procs[id]
+	return p, ok
+}
+
+// ByPid returns the newest process with the given pid.
+func (t *Table) ByPid(pid int) (*Proc, bool) {
+	return t.find(func(p *Proc) bool { return p.Pid == pid && pid != 0 })
+}
+
+// ByTag returns the newest process with tag.
+func (t *Table) ByTag(tag string) (*Proc, bool) {
+	return t.find(func(p *Proc) bool { return p.Tag == tag && tag != "" })
+}
+
+func (t *Table) find(f func(*Proc) bool) (*Proc, bool) {
+	var best *Proc
+	for _, p := range t.List() {
+		if f(p) && (best == nil || p.StartedAt.After(best.StartedAt) || (best.Result() != nil && p.Result() == nil)) {
+			best = p
+		}
+	}
+	return best, best != nil
+}
+
+// List returns every process the table holds, running or kept after exit,
+// oldest first.
+func (t *Table) List() []*Proc {
+	t.mu.Lock()
+	out := make([]*Proc, 0, len(t.procs))
+	for _, p := range t.procs {
+		out = append(out, p)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Proc) int { return a.StartedAt.Compare(b.StartedAt) })
+	return out
+}
+
+// Running returns the number of processes still running.
+func (t *Table) Running() int {
+	n := 0
+	for _, p := range t.List() {
+		if p.Running() {
+			n++
+		}
+	}
+	return n
+}
+
+// KillAll kills every running tree (the agent is stopping).
+func (t *Table) KillAll() {
+	for _, p := range t.List() {
+		if p.Running() {
+			p.Kill(ReasonKilled)
+		}
+	}
+}
+
+// WaitAll waits until every process has a result, or ctx ends.
+func (t *Table) WaitAll(ctx context.Context) {
+	for _, p := range t.List() {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Kill kills the process's whole tree with reason recorded for its result. It
+// reports whether the process had already exited.
+func (p *Proc) Kill(reason string) (alreadyExited bool, err error) {
+	if p.group == nil { // never started
+		return true, nil
+	}
+	if p.group.kind != treePgrp {
+		p.mu.Lock()
+		exited := p.status != nil
+		if !exited && p.killReason == "" {
+			p.killReason = reason
+		}
+		p.mu.Unlock()
+		return exited, p.group.kill(p.Pid) // stragglers die too
+	}
+	reaper.mu.Lock()
+	defer reaper.mu.Unlock()
+	p.mu.Lock()
+	exited := p.status != nil
+	if !exited && p.killReason == "" {
+		p.killReason = reason
+	}
+	p.mu.Unlock()
+	if exited {
+		return true, nil
+	}
+	return false, p.group.kill(p.Pid)
+}
+
+// Signal sends sig to the process's group. It reports whether the process had
+// already exited.
+func (p *Proc) Signal(sig syscall.Signal) (alreadyExited bool, err error) {
+	if sig == syscall.SIGKILL {
+		return p.Kill(ReasonKilled)
+	}
+	if p.group == nil {
+		return true, nil
+	}
+	reaper.mu.Lock()
+	defer reaper.mu.Unlock()
+	p.mu.Lock()
+	exited := p.status != nil
+	p.mu.Unlock()
+	if exited {
+		return true, nil
+	}
+	if err := syscall.Kill(-p.Pid, sig); err != nil && err != syscall.ESRCH {
+		return false, err
+	}
+	return false, nil
+}
+
+// ErrStdinClosed is returned when writing to a closed or absent stdin.
+var ErrStdinClosed = errors.New("stdin not enabled or closed")
+
+// WriteStdin writes data to the process's stdin (its terminal for a PTY), then
+// closes it when eof is set. ctx bounds a write the process does not read.
+func (p *Proc) WriteStdin(ctx context.Context, data []byte, eof bool) error {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	f := p.stdin
+	if p.PTY {
+		f = p.ptmx
+	}
+	if f == nil || p.Result() != nil {
+		return ErrStdinClosed
+	}
+	if len(data) > 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			f.SetWriteDeadline(dl)
+		} else {
+			f.SetWriteDeadline(time.Time{})
+		}
+		stop := context.AfterFunc(ctx, func() { f.SetWriteDeadline(time.Now()) })
+		_, err := f.Write(data)
+		stop()
+		if err != nil {
+			return fmt.Errorf("writing stdin: %w", err)
+		}
+	}
+	if eof && !p.PTY {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	return nil
+}
+
+// CloseStdin closes the process's stdin.
+func (p *Proc) CloseStdin() error {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin == nil {
+		return ErrStdinClosed
+	}
+	p.stdin.Close()
+	p.stdin = nil
+	return nil
+}
+
+// Resize changes the terminal size of a PTY process.
+func (p *Proc) Resize(sz Size) error {
+	if !p.PTY {
+		return errors.New("process has no terminal")
+	}
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.ptmx == nil {
+		return errors.New("process has exited")
+	}
+	return pty.Setsize(p.ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+}
+
+// Sub follows the output of one process.
+type Sub struct {
+	mu    sync.Mutex
+	q     []Event // guarded by mu
+	size  int     // guarded by mu
+	lost  int64   // guarded by mu
+	ready chan struct{}
+}
+
+func newSub() *Sub { return &Sub{ready: make(chan struct{}, 1)} }
+
+// Ready is signalled when events are queued.
+func (s *Sub) Ready() <-chan struct{} { return s.ready }
+
+// Drain returns the queued events.
+func (s *Sub) Drain() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.lost > 0 {
+		q = append(q, Event{Stream: Stdout, Data: fmt.Appendf(nil, "\n[sbx: %d bytes of live output were not delivered: the reader was too slow]\n", s.lost)})
+		s.lost = 0
+	}
+	s.q, s.size = nil, 0
+	return q
+}
+
+func (s *Sub) push(ev Event) {
+	s.mu.Lock()
+	if s.size+len(ev.Data) > subMax {
+		s.lost += int64(len(ev.Data))
+	} else {
+		s.q = append(s.q, ev)
+		s.size += len(ev.Data)
+	}
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Subscribe follows the process's output from now on; with replay, the output
+// kept so far (head, a notice of what was dropped, tail) is queued first. On an
+// exited process it queues the replay only.
+func (p *Proc) Subscribe(replay bool) *Sub {
+	s := newSub()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.result != nil {
+		if replay {
+			for i, b := range [][]byte{p.result.Stdout, p.result.Stderr} {
+				if len(b) > 0 {
+					s.push(Event{Stream: i + 1, Data: b})
+				}
+			}
+		}
+		return s
+	}
+	if replay {
+		for i, c := range p.out {
+			if c == nil || c.total == 0 {
+				continue
+			}
+			if c.dropped() > 0 {
+				s.push(Event{Stream: i + 1, Data: bytes.Clone(c.head)})
+				s.push(Event{Stream: i + 1, Data: fmt.Appendf(nil, "\n[sbx: %d bytes dropped]\n", c.dropped())})
+				s.push(Event{Stream: i + 1, Data: bytes.Clone(c.tailBytes())})
+			} else {
+				s.push(Event{Stream: i + 1, Data: c.bytes()})
+			}
+		}
+	}
+	if p.subs == nil {
+		p.subs = map[*Sub]struct{}{}
+	}
+	p.subs[s] = struct{}{}
+	return s
+}
+
+// Unsubscribe stops following.
+func (p *Proc) Unsubscribe(s *Sub) {
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// output records a chunk of stream.
+func (p *Proc) output(stream int, data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.result != nil {
+		return // a descendant writes after the result was sealed
+	}
+	c := p.out[stream-1]
+	c.write(data, func() (*os.File, string, error) {
+		suffix := ".stdout"
+		if stream == Stderr {
+			suffix = ".stderr"
+		}
+		if p.t.cfg.Spill == nil {
+			return nil, "", errors.New("no output directory")
+		}
+		f, path, err := p.t.cfg.Spill(p.ID + suffix)
+		if err != nil {
+			p.t.cfg.Log.Warn("saving full output", "process_id", p.ID, "err", err)
+		}
+		return f, path, err
+	})
+	if len(p.subs) > 0 {
+		d := bytes.Clone(data)
+		for s := range p.subs {
+			s.push(Event{Stream: stream, Data: d})
+		}
+	}
+}
+
+// streamDone is called when a stream reaches EOF.
+func (p *Proc) streamDone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending--
+	if p.pending == 0 {
+		p.finishLocked()
+	}
+}
+
+// exited is called by the reaper with the process's status.
+func (p *Proc) exited(ws syscall.WaitStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status = &ws
+	p.exitedAt = time.Now()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if p.pidfd > 0 {
+		syscall.Close(p.pidfd)
+		p.pidfd = 0
+	}
+	p.pending--
+	if p.pending == 0 {
+		p.finishLocked()
+		return
+	}
+	p.drain = time.AfterFunc(drainGrace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.finishLocked()
+	})
+}
+
+// finishLocked seals the result once the process has exited.
+func (p *Proc) finishLocked() {
+	if p.result != nil || p.status == nil {
+		return
+	}
+	if p.drain != nil {
+		p.drain.Stop()
+	}
+	ws := *p.status
+	r := &Result{Duration: p.exitedAt.Sub(p.StartedAt)}
+	if ws.Signaled() {
+		r.Signal = int(ws.Signal())
+	}
+	switch {
+	case p.killReason == ReasonTimeout && ws.Signaled():
+		r.ExitCode, r.Reason = 124, ReasonTimeout
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && p.oom0 >= 0 && oomKills(p.t.cfg.OOMFD) > p.oom0:
+		r.ExitCode, r.Reason = 137, ReasonOOM
+	case p.killReason == ReasonKilled && ws.Signaled():
+		r.ExitCode, r.Reason = 137, ReasonKilled
+	case ws.Signaled():
+		r.ExitCode, r.Reason = 128+int(ws.Signal()), ReasonSignaled
+	default:
+		r.ExitCode, r.Reason = ws.ExitStatus(), ReasonExited
+	}
+	p.seal(r)
+}
+
+// seal sets the result from the captures, frees them and wakes followers.
+func (p *Proc) seal(r *Result) {
+	for i, c := range p.out {
+		if c == nil {
+			continue
+		}
+		b, d, path, n := c.bytes(), c.dropped(), c.spillPath, c.total
+		c.closeSpill()
+		if d > 0 {
+			r.Truncated = true
+		}
+		if i == 0 {
+			r.Stdout, r.StdoutDropped, r.StdoutPath, r.StdoutBytes = b, d, path, n
+		} else {
+			r.Stderr, r.StderrDropped, r.StderrPath, r.StderrBytes = b, d, path, n
+		}
+	}
+	p.out = [2]*capture{}
+	p.result = r
+	p.subs = nil
+	close(p.done)
+	go p.CloseStdin() // not under p.mu: a write to stdin may be in progress
+	if p.group != nil {
+		removeGroup(p.group)
+	}
+	p.t.retire(p, int64(len(r.Stdout)+len(r.Stderr)))
+}
+
+// retire keeps an exited process for Attach and Wait, evicting old ones.
+func (t *Table) retire(p *Proc, size int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.exitedQ = append(t.exitedQ, p)
+	t.retained += size
+	now := time.Now()
+	for len(t.exitedQ) > 1 {
+		old := t.exitedQ[0]
+		if len(t.exitedQ) <= retainCount && t.retained <= retainBytes && now.Sub(old.exitedAt) < retainAge {
+			break
+		}
+		t.exitedQ = t.exitedQ[1:]
+		t.retained -= int64(len(old.result.Stdout) + len(old.result.Stderr))
+		if t.procs[old.ID] == old {
+			delete(t.procs, old.ID)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Package service serves the agent's wire: the Connect handlers of
+// process.Process, filesystem.Filesystem and sbxagent.Agent, and envd's HTTP
+// routes (/health, /files), over one process table and one file tree.
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"sbx/api/agent/filesystem/filesystemconnect"
+	"sbx/api/agent/process/processconnect"
+	"sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx/internal/agent/files"
+	"sbx/internal/agent/process"
+)
+
+// maxRequestBytes bounds a Connect request (WriteFile content included).
+const maxRequestBytes = 64 << 20
+
+// Config is what the services need besides the table and the tree.
+type Config struct {
+	Version string
+	// Env is the base environment of every process.
+	Env []string
+	Log *slog.Logger
+}
+
+// Server implements the three services and the HTTP routes.
+type Server struct {
+	cfg     Config
+	fs      *files.FS
+	table   *process.Table
+	log     *slog.Logger
+	started time.Time
+	watches watchers
+}
+
+// New returns a server over table and fs.
+func New(cfg Config, table *process.Table, fs *files.FS) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, fs: fs, table: table, log: cfg.Log, started: time.Now(), watches: watchers{m: map[string]*watcher{}}}
+}
+
+// Handler returns the routes: the three Connect services, GET /health and
+// GET/POST /files.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	// Compression buys nothing over a local socket and costs CPU on every call.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32)}
+	mux.Handle(processconnect.NewProcessHandler(envdProcess{s}, opts...))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...))
+	mux.Handle(sbxagentconnect.NewAgentHandler(agentService{s}, opts...))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /files", s.download)
+	mux.HandleFunc("POST /files", s.upload)
+	return mux
+}
+
+// Close ends the watches.
+func (s *Server) Close() { s.watches.closeAll() }
+
+// startSpec is a command to start, from either process service.
+type startSpec struct {
+	argv    []string
+	cwd     string
+	env     map[string]string
+	stdin   bool
+	pty     *process.Size
+	tag     string
+	timeout time.Duration
+	limit   int64
+}
+
+func (s *Server) start(ss startSpec) (*process.Proc, error) {
+	cwd, err := s.fs.Clean(ss.cwd)
+	if err != nil {
+		return nil, err
+	}
+	dir, done, err := s.fs.HostDir(cwd)
+	if err != nil {
+		if k := files.KindOf(err); k == files.NotFound || k == files.Invalid {
+			return nil, errInvalid("cwd '%s' does not exist", cwd)
+		}
+		return nil, err
+	}
+	defer done()
+	env := mergeEnv(s.cfg.Env, ss.env)
+	return s.table.Start(process.Spec{Argv: ss.argv, Env: env, Dir: dir, Cwd: cwd, Stdin: ss.stdin,
+		PTY: ss.pty, Tag: ss.tag, Timeout: ss.timeout, OutputLimitBytes: ss.limit, Envs: ss.env})
+}
+
+// mergeEnv returns base with extra's variables set (extra wins).
+func mergeEnv(base []string, extra map[string]string) []string {
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, over := extra[k]; !over {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		out = append(out, k+"="+extra[k])
+	}
+	return out
+}
+
+// keepaliveInterval reads envd's Keepalive-Ping-Interval header (seconds).
+func keepaliveInterval(h http.Header, def time.Duration) time.Duration {
+	if v, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && v > 0 {
+		return time.Duration(v) * time.Second
+	}
+	return def
+}
+
+// follow delivers p's events until its result, through send, with keepalives
+// after interval of silence. It returns false if ctx ended first. A process
+// started with the call's deadline as its lifetime is killed at that deadline,
+// so follow waits a little past it for the result.
+func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval time.Duration,
+	send func(process.Event) error, keepalive func() error) (bool, error) {
+	if sub != nil {
+		defer p.Unsubscribe(sub)
+	}
+	var ready <-chan struct{}
+	if sub != nil {
+		ready = sub.Ready()
+	}
+	ka := time.NewTimer(interval)
+	defer ka.Stop()
+	drain := func() error {
+		if sub == nil {
+			return nil
+		}
+		for _, ev := range sub.Drain() {
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-ready:
+			if err := drain(); err != nil {
+				return false, err
+			}
+			ka.Reset(interval)
+		case <-p.Done():
+			return true, drain()
+		case <-ka.C:
+			if err := keepalive(); err != nil {
+				return false, err
+			}
+			ka.Reset(interval)
+		case <-ctxDone:
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return false, nil
+			}
+			ctxDone = nil // the process's own timeout fires now: wait for its end
+			grace := time.NewTimer(2 * time.Second)
+			defer grace.Stop()
+			select {
+			case <-p.Done():
+				return true, drain()
+			case <-grace.C:
+				return false, nil
+			}
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package agent_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/sandbox"
+	"sbx/internal/testutil"
+)
+
+// testCgroup makes a cgroup of its own under the v2 hierarchy (the hybrid
+// mount at /sys/fs/cgroup/unified, else the pure v2 root) and returns its
+// directory fd; it is removed at cleanup.
+func testCgroup(t *testing.T, base string) int {
+	t.Helper()
+	testutil.RequireRoot(t)
+	switch {
+	case base != "":
+		if !exists(filepath.Join(base, "freezer.state")) && !exists(filepath.Join(base, "cgroup.procs")) {
+			t.Skipf("requires the cgroup v1 hierarchy %s", base)
+		}
+	case exists("/sys/fs/cgroup/unified/cgroup.procs"):
+		base = "/sys/fs/cgroup/unified"
+	case exists("/sys/fs/cgroup/cgroup.controllers"):
+		base = "/sys/fs/cgroup"
+	default:
+		t.Skip("requires a cgroup v2 hierarchy (neither /sys/fs/cgroup/unified nor /sys/fs/cgroup/cgroup.controllers exists)")
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	dir := filepath.Join(base, "sbx-test-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("making test cgroup: %v", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Close()
+		// The agent removes each process's group; the test removes its own.
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				t.Errorf("cgroup %s left behind", e.Name())
+				waitFor(func() bool { return os.Remove(filepath.Join(dir, e.Name())) == nil })
+			}
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing test cgroup: %v", err)
+		}
+	})
+	return int(f.Fd())
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// waitFor polls cond for up to 10 s: the kernel delivers kills and the reaper
+// reaps asynchronously.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// gone reports whether pid no longer exists (or is a zombie nobody reaped yet).
+func gone(pid int) bool {
+	return syscall.Kill(pid, 0) == syscall.ESRCH
+}
+
+func TestTreeKillCgroupV2(t *testing.T) {
+	fd := testCgroup(t, "")
+	testTreeKill(t, boot.AgentConfig{CgroupFD: fd}, fd)
+}
+
+func TestTreeKillFreezerV1(t *testing.T) {
+	fd := testCgroup(t, "/sys/fs/cgroup/freezer")
+	testTreeKill(t, boot.AgentConfig{FreezerFD: fd}, fd)
+}
+
+func testTreeKill(t *testing.T, cfg boot.AgentConfig, fd int) {
+	a := startAgent(t, cfg)
+	h, err := a.cl.HealthInfo(t.Context())
+	if err != nil || !h.TreeKill {
+		t.Fatalf("Health = %+v, %v; want tree_kill", h, err)
+	}
+	pidfile := filepath.Join(a.root, "pidfile")
+	shell := fmt.Sprintf(`setsid sh -c 'sleep 1000 & echo $! > %s; wait' & wait`, pidfile)
+	res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Shell: shell, Timeout: time.Second}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != "timeout" || res.ExitCode != 124 {
+		t.Errorf("result = %s %d, want timeout 124", res.Reason, res.ExitCode)
+	}
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return gone(pid) }) {
+		t.Errorf("grandchild %d survived the tree kill", pid)
+	}
+	// The agent removes the process's group once it is empty.
+	if !waitFor(func() bool {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/self/fd/%d", fd))
+		for _, e := range ents {
+			if e.IsDir() {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("the process's cgroup was not removed")
+	}
+}
+
+// TestTreeKillPgrp shows the fallback: without a cgroup the process group is
+// killed, and the agent says it cannot reach setsid'd descendants.
+func TestTreeKillPgrp(t *testing.T) {
+	a := startAgent(t, boot.AgentConfig{})
+	h, err := a.cl.HealthInfo(t.Context())
+	if err != nil || h.TreeKill {
+		t.Fatalf("Health = %+v, %v; want no tree_kill", h, err)
+	}
+	pidfile := filepath.Join(a.root, "pidfile")
+	res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "sleep 1000 & echo $! > " + pidfile + "; wait", Timeout: 100 * time.Millisecond}, false, nil)
+	if err != nil || res.Reason != "timeout" {
+		t.Fatalf("Exec = %+v, %v", res, err)
+	}
+	b, _ := os.ReadFile(pidfile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid == 0 || !waitFor(func() bool { return gone(pid) }) {
+		t.Errorf("child %d in the process group survived", pid)
+	}
+}

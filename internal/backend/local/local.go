@@ -1,0 +1,555 @@
+// Package local is the local backend: the agent runs as a plain host process,
+// as the daemon's user, with its file API confined to a workspace directory.
+// It is NOT a sandbox, and every Instance says so.
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/agentclient"
+	"sbx/internal/backend"
+	"sbx/internal/logkey"
+	"sbx/internal/sandbox"
+)
+
+// Name is the backend's registered name.
+const Name = "local"
+
+// Warning is shown wherever a local sandbox is.
+const Warning = "local backend: not a sandbox; commands run on the host as the daemon's user"
+
+const cleanupTimeout = 30 * time.Second
+
+// Driver implements backend.Driver with host processes.
+type Driver struct {
+	opts backend.Options
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	boxes map[sandbox.ID]*box // guarded by mu
+}
+
+var _ backend.Driver = (*Driver)(nil)
+
+// box is one sandbox this driver holds.
+type box struct {
+	id    sandbox.ID
+	dir   string
+	sock  string
+	pid   int
+	start uint64
+	pidfd *os.File
+	done  chan struct{} // closed once the agent has exited
+	exit  sandbox.Exit
+}
+
+// saved is Instance.Saved.
+type saved struct {
+	Pid    int    `json:"pid"`
+	Start  uint64 `json:"start_time"` // /proc/<pid>/stat field 22, against pid reuse
+	Socket string `json:"socket"`
+	Dir    string `json:"dir"`
+}
+
+// Open opens the driver over opts.DataDir.
+func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
+	if opts.DataDir == "" || opts.Exe == "" {
+		return nil, errors.New("local backend: data dir and executable are required")
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{opts: opts, log: log.With(logkey.Component, "backend", logkey.Backend, Name), boxes: map[sandbox.ID]*box{}}, nil
+}
+
+func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
+
+// isolation is what a local sandbox has: nothing.
+func isolation() sandbox.Isolation {
+	layers := map[string]sandbox.LayerState{}
+	for _, l := range sandbox.AllLayers {
+		layers[l] = sandbox.Missing
+	}
+	return sandbox.Isolation{Backend: Name, Level: "none", Layers: layers, Cgroup: "none", Sandbox: false, Warning: Warning}
+}
+
+// Probe implements backend.Driver: always available, isolating nothing.
+func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
+	return backend.Report{Backend: Name, Available: true, Level: "none", Sandbox: false, Layers: isolation().Layers,
+		Checks: []backend.Check{{Name: "host process", OK: true}}}, nil
+}
+
+// Start implements backend.Driver.
+func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Instance, retErr error) {
+	id := spec.ID
+	if _, err := sandbox.ParseID(string(id)); err != nil {
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: sandbox.Invalid("id", "%q is not a sandbox id", string(id))}
+	}
+	if spec.Template != "" && spec.Template != sandbox.TemplateHost {
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: template %q not found", sandbox.ErrInvalid, spec.Template)}
+	}
+	if len(spec.RequireLayers) > 0 {
+		req := slices.Sorted(slices.Values(spec.RequireLayers))
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layers %s: the local backend applies no isolation", sandbox.ErrIsolation, strings.Join(req, ", "))}
+	}
+	b := &box{id: id, dir: d.dir(id)}
+	b.sock = filepath.Join(b.dir, "agent.sock")
+	d.mu.Lock()
+	_, dup := d.boxes[id]
+	if !dup {
+		d.boxes[id] = b
+	}
+	d.mu.Unlock()
+	if dup {
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrExists)}
+	}
+	began := time.Now()
+	defer func() {
+		if retErr != nil {
+			if err := d.teardown(ctx, b); err != nil {
+				d.log.ErrorContext(ctx, "cleaning up after a failed start", logkey.SandboxID, id, logkey.Err, err)
+			}
+			retErr = sandbox.Wrap("create", id, retErr)
+		}
+	}()
+	if err := os.Mkdir(b.dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("sandbox directory: %w", sandbox.ErrExists)
+		}
+		return nil, err
+	}
+	ws := filepath.Join(b.dir, "workspace")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return nil, err
+	}
+	if err := d.spawn(ctx, b, spec, ws); err != nil {
+		return nil, err
+	}
+	cl := agentclient.New(id, dial(b.sock))
+	defer cl.Close()
+	ready, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-b.done:
+			cancel(fmt.Errorf("agent exited (%s) before serving; see %s", describe(b.exit), filepath.Join(b.dir, "agent.log")))
+		case <-ready.Done():
+		}
+	}()
+	if err := cl.WaitReady(ready); err != nil {
+		if c := context.Cause(ready); c != nil && ctx.Err() == nil {
+			return nil, c
+		}
+		return nil, err
+	}
+	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.pid, logkey.Duration, time.Since(began))
+	return d.instance(b)
+}
+
+func dial(sock string) func(context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
+		var nd net.Dialer
+		return nd.DialContext(ctx, "unix", sock)
+	}
+}
+
+func (d *Driver) instance(b *box) (*backend.Instance, error) {
+	s, err := json.Marshal(saved{Pid: b.pid, Start: b.start, Socket: b.sock, Dir: b.dir})
+	if err != nil {
+		return nil, err
+	}
+	return &backend.Instance{ID: b.id, Dial: dial(b.sock), Applied: isolation(), Saved: s}, nil
+}
+
+// spawn starts the agent in its own session; it outlives the daemon.
+func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string) error {
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = "/root"
+	}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8"}
+	for _, k := range slices.Sorted(mapsKeys(spec.Env)) {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	cfg := boot.AgentConfig{
+		SandboxID: string(b.id), Listen: b.sock, Root: ws, Workdir: "/", OutputDir: "/.sbx/output",
+		Env: env, OutputLimitBytes: d.opts.OutputLimitBytes, SpillLimitBytes: d.opts.SpillLimitBytes, Subreaper: true,
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(b.dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	pidfd := -1
+	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(js)}, &os.ProcAttr{
+		Dir:   ws,
+		Env:   []string{"PATH=" + env[0][len("PATH="):]},
+		Files: []*os.File{null, logf, logf},
+		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
+	})
+	if err != nil {
+		return fmt.Errorf("starting the agent: %w", err)
+	}
+	b.pid = p.Pid
+	b.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
+	b.done = make(chan struct{})
+	go func() { // the daemon reaps its own child
+		ps, _ := p.Wait()
+		b.exit = exitOf(ps)
+		close(b.done)
+	}()
+	st, err := procStart(b.pid)
+	if err != nil {
+		return fmt.Errorf("reading the start time of pid %d: %w", b.pid, err)
+	}
+	b.start = st
+	// For a daemon that restarts and destroys without Recover.
+	js, err = json.Marshal(saved{Pid: b.pid, Start: b.start, Socket: b.sock, Dir: b.dir})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.dir, "agent.json"), js, 0o600)
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func exitOf(ps *os.ProcessState) sandbox.Exit {
+	if ps == nil {
+		return sandbox.Exit{Code: -1, Reason: sandbox.ReasonAgentLost}
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal()), Reason: sandbox.ReasonSignaled}
+	}
+	return sandbox.Exit{Code: ps.ExitCode(), Reason: sandbox.ReasonExited}
+}
+
+func describe(e sandbox.Exit) string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("signal %d", e.Signal)
+	}
+	return fmt.Sprintf("code %d", e.Code)
+}
+
+// procStart reads field 22 of /proc/<pid>/stat: the start time, which tells a
+// process from a later one with the same pid.
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	const field = 22 - 3
+	if len(f) <= field {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	return strconv.ParseUint(f[field], 10, 64)
+}
+
+func (b *box) exited() bool {
+	if b.done == nil {
+		return true
+	}
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup returns the held box of id, else one known by its directory only.
+func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
+	if _, err := sandbox.ParseID(string(id)); err != nil {
+		return nil, false, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	d.mu.Lock()
+	b, ok := d.boxes[id]
+	d.mu.Unlock()
+	if ok {
+		return b, true, nil
+	}
+	dir := d.dir(id)
+	b = &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock")}
+	// An agent started before a restart: known by the record in its directory.
+	var s saved
+	if js, err := os.ReadFile(filepath.Join(dir, "agent.json")); err == nil && json.Unmarshal(js, &s) == nil && s.Pid > 0 {
+		if pidfd, err := unix.PidfdOpen(s.Pid, 0); err == nil {
+			if st, err := procStart(s.Pid); err == nil && st == s.Start {
+				b.pid, b.start, b.pidfd, b.done = s.Pid, s.Start, os.NewFile(uintptr(pidfd), "pidfd"), make(chan struct{})
+				go watchExit(b)
+			} else {
+				unix.Close(pidfd)
+			}
+		}
+	}
+	return b, false, nil
+}
+
+// Stop implements backend.Driver: SIGTERM makes the agent kill every tree it
+// started and exit; after grace, the agent's session is killed.
+func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) error {
+	b, _, err := d.lookup("stop", id)
+	if err != nil {
+		return err
+	}
+	if b.pidfd != nil && !b.exited() {
+		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+		t := time.NewTimer(grace)
+		select {
+		case <-b.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	d.kill(b)
+	if b.done != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return sandbox.Wrap("stop", id, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// kill SIGKILLs the agent and what remains of its session: the agent's
+// process group, and every process whose session is the agent's.
+func (d *Driver) kill(b *box) {
+	if b.pidfd != nil && !b.exited() {
+		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGKILL, nil, 0)
+	}
+	if b.pid > 0 {
+		for _, pid := range sessionMembers(b.pid, b.start) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// sessionMembers lists the processes in session sid (the agent's pid) that
+// started no earlier than the agent, so a reused session id is not hit.
+func sessionMembers(sid int, start uint64) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == sid {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 20 {
+			continue
+		}
+		// f[0] is field 3 (state); session is field 6, start time field 22.
+		s, _ := strconv.Atoi(f[3])
+		st, _ := strconv.ParseUint(f[19], 10, 64)
+		if s == sid && st >= start {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Wait implements backend.Driver. After Recover the agent is not this
+// process's child and its exit status is unknown (code -1).
+func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) {
+	b, held, err := d.lookup("wait", id)
+	if err != nil {
+		return sandbox.Exit{}, err
+	}
+	if !held || b.done == nil {
+		return sandbox.Exit{}, &sandbox.Error{Op: "wait", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	select {
+	case <-b.done:
+		return b.exit, nil
+	case <-ctx.Done():
+		return sandbox.Exit{}, sandbox.Wrap("wait", id, context.Cause(ctx))
+	}
+}
+
+// Destroy implements backend.Driver.
+func (d *Driver) Destroy(ctx context.Context, id sandbox.ID) error {
+	b, _, err := d.lookup("destroy", id)
+	if err != nil {
+		return err
+	}
+	return sandbox.Wrap("destroy", id, d.teardown(ctx, b))
+}
+
+// teardown asks the agent to end its trees, kills what is left, and removes
+// the sandbox's directory. Every step runs.
+func (d *Driver) teardown(ctx context.Context, b *box) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	if b.pidfd != nil && !b.exited() {
+		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-b.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	d.kill(b)
+	if b.done != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for agent pid %d to exit: %w", b.pid, context.Cause(ctx)))
+		}
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.boxes[b.id] == b {
+		delete(d.boxes, b.id)
+	}
+	d.mu.Unlock()
+	if b.pidfd != nil {
+		b.pidfd.Close()
+	}
+	return nil
+}
+
+// Recover implements backend.Driver.
+func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*backend.Instance, error) {
+	notFound := func(why string) error {
+		return &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("sandbox %w: %s", sandbox.ErrNotFound, why)}
+	}
+	var s saved
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state: %v", sandbox.ErrInvalid, err)}
+	}
+	if _, err := sandbox.ParseID(string(id)); err != nil || s.Dir != d.dir(id) || s.Socket != filepath.Join(s.Dir, "agent.sock") || s.Pid <= 0 {
+		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state is not this driver's record of this sandbox", sandbox.ErrInvalid)}
+	}
+	d.mu.Lock()
+	held, ok := d.boxes[id]
+	d.mu.Unlock()
+	if ok && held.pidfd != nil {
+		return d.instance(held)
+	}
+	if st, err := procStart(s.Pid); err != nil || st != s.Start {
+		return nil, notFound("its agent is gone")
+	}
+	pidfd, err := unix.PidfdOpen(s.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, notFound("its agent is gone")
+	}
+	if st, err := procStart(s.Pid); err != nil || st != s.Start { // pinned now: check again
+		unix.Close(pidfd)
+		return nil, notFound("its agent is gone")
+	}
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, pid: s.Pid, start: s.Start,
+		pidfd: os.NewFile(uintptr(pidfd), "pidfd"), done: make(chan struct{})}
+	cl := agentclient.New(id, dial(b.sock))
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = cl.Health(hctx)
+	cancel()
+	cl.Close()
+	if err != nil {
+		b.pidfd.Close()
+		return nil, notFound("its agent does not answer")
+	}
+	d.mu.Lock()
+	if other, ok := d.boxes[id]; ok && other.pidfd != nil {
+		d.mu.Unlock()
+		b.pidfd.Close()
+		return d.instance(other)
+	}
+	d.boxes[id] = b
+	d.mu.Unlock()
+	go watchExit(b)
+	return d.instance(b)
+}
+
+// watchExit closes b.done when the agent behind b.pidfd exits.
+func watchExit(b *box) {
+	defer close(b.done)
+	b.exit = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
+	rc, err := b.pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err != nil || n > 0
+	})
+}
+
+// ListHeld implements backend.Lister: the ids with a directory in the data dir.
+func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
+	ents, err := os.ReadDir(d.opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []sandbox.ID
+	for _, e := range ents {
+		if id, err := sandbox.ParseID(e.Name()); err == nil && e.IsDir() {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+var _ backend.Lister = (*Driver)(nil)

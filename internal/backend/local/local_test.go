@@ -1,0 +1,124 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sbx/internal/agentclient"
+	"sbx/internal/backend"
+	"sbx/internal/backend/backendtest"
+	"sbx/internal/sandbox"
+	"sbx/internal/testutil"
+)
+
+func openAt(t *testing.T, dataDir string) backend.Driver {
+	t.Helper()
+	d, err := Open(t.Context(), backend.Options{DataDir: dataDir, Instance: "t", Exe: testutil.BuildSBX(t),
+		Log: testutil.Logger(t), OutputLimitBytes: 1 << 20, SpillLimitBytes: 64 << 20})
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	dataDir := t.TempDir()
+	backendtest.Run(t, func(t *testing.T) backend.Driver { return openAt(t, dataDir) },
+		backendtest.HostAudit(func(t *testing.T) *testutil.LeakAudit { return &testutil.LeakAudit{DataDir: dataDir} }))
+}
+
+// agentPids lists the processes running the sbx agent for sandbox id.
+func agentPids(id sandbox.ID) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(b), string(id)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestLifecycle(t *testing.T) {
+	dataDir := t.TempDir()
+	d := openAt(t, dataDir)
+	sp := backendtest.Spec()
+	inst, err := d.Start(t.Context(), sp)
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	if inst.Applied.Sandbox || inst.Applied.Level != "none" || inst.Applied.Warning == "" || inst.Applied.Cgroup != "none" {
+		t.Errorf("Applied = %+v, want not a sandbox, level none, a warning", inst.Applied)
+	}
+	cl := agentclient.New(inst.ID, inst.Dial)
+	pidfile := filepath.Join(t.TempDir(), "pid") // the local backend is no sandbox: it may write here
+	res, err := cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "pwd; setsid sh -c 'sleep 1000 & echo $! > " + pidfile + "; wait' >/dev/null 2>&1 </dev/null &", Timeout: time.Minute}, false, nil)
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != filepath.Join(dataDir, string(sp.ID), "workspace")+"\n" {
+		t.Fatalf("Exec = %+v, %v", res, err)
+	}
+	if _, err := cl.WriteFile(t.Context(), "/f.txt", []byte("x"), 0, false); err != nil {
+		t.Errorf("WriteFile = %v", err)
+	}
+	cl.Close()
+
+	// A restarted daemon: a new driver over the same data dir recovers it.
+	d2 := openAt(t, dataDir)
+	got, err := d2.Recover(t.Context(), sp.ID, inst.Saved)
+	if err != nil {
+		t.Fatalf("Recover = %v", err)
+	}
+	cl2 := agentclient.New(got.ID, got.Dial)
+	defer cl2.Close()
+	if r, err := cl2.ReadFile(t.Context(), "/f.txt", 0, 0); err != nil || string(r.Content) != "x" {
+		t.Errorf("ReadFile after Recover = %+v, %v", r, err)
+	}
+	pids := agentPids(sp.ID)
+	if len(pids) == 0 {
+		t.Fatal("no agent process found")
+	}
+	for i := range 2 {
+		if err := d2.Destroy(t.Context(), sp.ID); err != nil {
+			t.Errorf("Destroy #%d = %v", i+1, err)
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("agent pid %d survived Destroy", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, string(sp.ID))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox directory left behind: %v", err)
+	}
+	b, _ := os.ReadFile(pidfile)
+	if gpid, _ := strconv.Atoi(strings.TrimSpace(string(b))); gpid == 0 || !goneSoon(gpid) {
+		t.Errorf("setsid'd grandchild %q survived Destroy", b)
+	}
+	if _, err := d2.Recover(t.Context(), sp.ID, inst.Saved); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Recover after Destroy = %v, want ErrNotFound", err)
+	}
+}
+
+func TestRequireLayers(t *testing.T) {
+	d := openAt(t, t.TempDir())
+	sp := backendtest.Spec()
+	sp.RequireLayers = []string{sandbox.LayerSeccomp, sandbox.LayerUserNS}
+	_, err := d.Start(t.Context(), sp)
+	if !errors.Is(err, sandbox.ErrIsolation) || !strings.Contains(err.Error(), "seccomp, userns") {
+		t.Errorf("Start(RequireLayers) = %v, want ErrIsolation naming the layers", err)
+	}
+	if err := d.Destroy(context.Background(), sp.ID); err != nil {
+		t.Errorf("Destroy after a failed Start = %v", err)
+	}
+}
