@@ -552,6 +552,9 @@ func (p *Proc) finishLocked() {
 		r.ExitCode, r.Reason = 124, ReasonTimeout
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && p.oom0 >= 0 && oomKills(p.t.cfg.OOMFD) > p.oom0:
 		r.ExitCode, r.Reason = 137, ReasonOOM
+	case !ws.Signaled() && ws.ExitStatus() == 128+int(syscall.SIGKILL) && p.oom0 >= 0 && oomKills(p.t.cfg.OOMFD) > p.oom0:
+		// A shell reporting that the OOM killer took its child (sh -c 'python3 …').
+		r.ExitCode, r.Reason = 137, ReasonOOM
 	case p.killReason == ReasonKilled && ws.Signaled():
 		r.ExitCode, r.Reason = 137, ReasonKilled
 	case ws.Signaled():
