@@ -120,6 +120,10 @@ func TestExecTimeoutKillsWholeTree(t *testing.T) {
 	if st != 200 || !strings.Contains(string(b), "stopped") {
 		t.Errorf("signal SIGKILL = %d %s, want stopped", st, b)
 	}
+	// Once it has exited, a second kill says so instead of pretending.
+	if st, b := d.api("POST", "/v1/sandboxes/"+id+"/processes/"+bg.ProcessID+"/wait", map[string]any{"timeout": 30}); st != 200 || !strings.Contains(string(b), "exited") {
+		t.Fatalf("wait after SIGKILL = %d %s", st, b)
+	}
 	st, b = d.api("POST", "/v1/sandboxes/"+id+"/processes/"+bg.ProcessID+"/signal", map[string]any{"signal": "SIGKILL"})
 	if st != 200 || !strings.Contains(string(b), "already_exited") {
 		t.Errorf("second SIGKILL = %d %s, want already_exited", st, b)

@@ -74,17 +74,8 @@ func conformance(t *testing.T, exe string) {
 	}))
 }
 
-// TestConformanceFakeAgent runs the suite with this test binary as sbx: its
-// TestMain serves the init stage and a minimal agent answering /health.
-func TestConformanceFakeAgent(t *testing.T) {
-	conformance(t, os.Args[0])
-}
-
 // TestConformance runs the suite with the real sbx binary and agent.
 func TestConformance(t *testing.T) {
-	if testutil.Pending(t, "internal/agent/main.go") {
-		t.Skip("the real agent (sbx/internal/agent.Main) still panics \"unimplemented\"; TestConformanceFakeAgent covers the jail meanwhile")
-	}
 	conformance(t, testutil.BuildSBX(t))
 }
 
