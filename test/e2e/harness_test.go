@@ -165,6 +165,7 @@ func (d *daemon) cleanup() {
 	}
 	d.stop()
 	auditLeaks(d.t, d.dataDir, d.instance)
+	removeInstanceGroups(d.instance)
 }
 
 // cli runs the sbx CLI against this daemon.

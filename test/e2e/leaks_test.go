@@ -77,3 +77,16 @@ func leaks(dataDir, instance string) []string {
 	})
 	return out
 }
+
+// removeInstanceGroups removes the (empty, once audited) per-instance parent
+// groups a daemon leaves under sbx/, so test runs do not accumulate them.
+func removeInstanceGroups(instance string) {
+	if instance == "" {
+		return
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + instance)
+	dirs = append(dirs, "/sys/fs/cgroup/sbx/"+instance)
+	for _, d := range dirs {
+		os.Remove(d) // rmdir: only an empty group goes
+	}
+}
