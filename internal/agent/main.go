@@ -57,6 +57,13 @@ func Main() {
 		logOut = os.NewFile(uintptr(cfg.LogFD), "log")
 	}
 	log := slog.New(slog.NewJSONHandler(logOut, nil)).With(logkey.Component, "agent", logkey.SandboxID, cfg.SandboxID)
+	// Non-dumpable: code in the sandbox (root, but without CAP_SYS_PTRACE) cannot
+	// open /proc/1/fd/* and reach the cgroup directory fd the agent holds, whose
+	// ".." leads to other sandboxes' groups. Children reset this at execve.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		log.Error("making the agent non-dumpable", logkey.Err, err)
+		os.Exit(1)
+	}
 	if cfg.Subreaper {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			log.Error("becoming a subreaper", logkey.Err, err)

@@ -52,6 +52,14 @@ func TestJailView(t *testing.T) {
 	if r := d.sh(id, "echo x >> /proc/1/exe"); r.ExitCode == 0 {
 		t.Errorf("the agent's binary was writable through /proc/1/exe")
 	}
+	// The agent's fds (its cgroup directory among them) are out of reach; the
+	// same probe on the workload's own fds works (control).
+	if r := d.sh(id, "readlink /proc/self/fd/0 && ls /proc/self/fd/0"); r.ExitCode != 0 {
+		t.Errorf("control: following /proc/self/fd/0 failed: %+v", r)
+	}
+	if r := d.sh(id, "for f in /proc/1/fd/*; do readlink $f && exit 0; ls $f/ && exit 0; done; exit 1"); r.ExitCode == 0 {
+		t.Errorf("an agent fd is reachable from the sandbox: %q", r.Stdout)
+	}
 	if r := d.sh(id, "echo x > /proc/sys/kernel/hostname"); r.ExitCode == 0 {
 		t.Errorf("/proc/sys is writable")
 	}
