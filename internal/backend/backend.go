@@ -171,3 +171,19 @@ func Names() []string {
 	slices.Sort(out)
 	return out
 }
+
+// WaitExit is the body of Driver.Wait for drivers that learn of their sandbox's
+// end through a channel: it blocks until done is closed, then returns *exit
+// (written before done closed), or fails when ctx ends. A nil done (a sandbox
+// the driver does not hold) is ErrNotFound.
+func WaitExit(ctx context.Context, id sandbox.ID, done <-chan struct{}, exit *sandbox.Exit) (sandbox.Exit, error) {
+	if done == nil {
+		return sandbox.Exit{}, &sandbox.Error{Op: "wait", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	}
+	select {
+	case <-done:
+		return *exit, nil
+	case <-ctx.Done():
+		return sandbox.Exit{}, sandbox.Wrap("wait", id, context.Cause(ctx))
+	}
+}

@@ -107,15 +107,10 @@ func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) 
 	if err != nil {
 		return sandbox.Exit{}, err
 	}
-	if !held || b.done == nil {
-		return sandbox.Exit{}, &sandbox.Error{Op: "wait", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
+	if !held {
+		return backend.WaitExit(ctx, id, nil, nil)
 	}
-	select {
-	case <-b.done:
-		return b.exit, nil
-	case <-ctx.Done():
-		return sandbox.Exit{}, sandbox.Wrap("wait", id, context.Cause(ctx))
-	}
+	return backend.WaitExit(ctx, id, b.done, &b.exit)
 }
 
 // Destroy implements backend.Driver.
