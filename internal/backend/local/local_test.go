@@ -84,6 +84,16 @@ func TestLifecycle(t *testing.T) {
 	if r, err := cl2.ReadFile(t.Context(), "/f.txt", 0, 0); err != nil || string(r.Content) != "x" {
 		t.Errorf("ReadFile after Recover = %+v, %v", r, err)
 	}
+	// The grandchild writes its pid in the background: wait for it before the
+	// Destroy that must kill it (a hang guard, not a timing assertion).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(pidfile); len(strings.TrimSpace(string(b))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the setsid'd grandchild never wrote its pid")
+		}
+	}
 	pids := agentPids(sp.ID)
 	if len(pids) == 0 {
 		t.Fatal("no agent process found")
