@@ -5,7 +5,11 @@
 GO      ?= go
 BIN     := bin/sbx
 GOFLAGS ?=
-export GOFLAGS
+# A static, cgo-free binary: the same file runs as the daemon and, inside every
+# sandbox, as the init and agent, whatever libc the sandbox's root holds; and
+# only without cgo can the init confine every thread (syscall.AllThreadsSyscall).
+CGO_ENABLED := 0
+export GOFLAGS CGO_ENABLED
 
 .PHONY: all build run test test-unit test-e2e test-security deps deps-test bench soak generate check-generated vet fmt clean
 
@@ -37,7 +41,7 @@ test-security: build
 	$(GO) test -count=1 -v -timeout 20m -run 'Security|Attack' ./...
 
 bench: deps build
-	./scripts/bench.sh
+	./$(BIN) bench
 
 soak: build
 	SBX_SOAK=1 $(GO) test -count=1 -v -timeout 2h -run Soak ./test/e2e/...

@@ -18,7 +18,8 @@ func main() {
 	if len(os.Args) > 1 { // hidden stages first: before flags, signals, goroutines
 		switch os.Args[1] {
 		case boot.InitArg:
-			nsinit.Main() // never returns: ends in execve of the agent
+			nsinit.Main() // the jail's init; then this process is the agent
+			agent.Main()  // never returns
 		case boot.AgentArg:
 			agent.Main() // never returns
 		}

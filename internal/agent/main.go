@@ -46,6 +46,9 @@ func Main() {
 		fmt.Fprintln(os.Stderr, "sbx agent: parsing configuration:", err)
 		os.Exit(2)
 	}
+	if cfg.ReadyFD > 0 {
+		unix.CloseOnExec(cfg.ReadyFD)
+	}
 	// Inherited descriptors stay with the agent: no child may inherit them.
 	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.LogFD} {
 		if fd > 2 {
@@ -61,19 +64,16 @@ func Main() {
 	// open /proc/1/fd/* and reach the cgroup directory fd the agent holds, whose
 	// ".." leads to other sandboxes' groups. Children reset this at execve.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		log.Error("making the agent non-dumpable", logkey.Err, err)
-		os.Exit(1)
+		fail(cfg, log, "making the agent non-dumpable", err)
 	}
 	if cfg.Subreaper {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-			log.Error("becoming a subreaper", logkey.Err, err)
-			os.Exit(1)
+			fail(cfg, log, "becoming a subreaper", err)
 		}
 	}
 	ln, err := listen(cfg)
 	if err != nil {
-		log.Error("listening", logkey.Err, err)
-		os.Exit(1)
+		fail(cfg, log, "listening", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -86,6 +86,16 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// fail reports why the agent cannot start, to the backend waiting on ReadyFD
+// and to the log, and exits 1.
+func fail(cfg boot.AgentConfig, log *slog.Logger, what string, err error) {
+	if cfg.ReadyFD > 0 {
+		unix.Write(cfg.ReadyFD, []byte("agent: "+what+": "+err.Error()))
+	}
+	log.Error(what, logkey.Err, err)
+	os.Exit(1)
 }
 
 // listen returns the inherited listening socket, or creates one at cfg.Listen.
@@ -117,6 +127,10 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	tree, err := files.New(cfg.Root, cfg.Workdir)
 	if err != nil {
 		ln.Close()
+		if cfg.ReadyFD > 0 {
+			unix.Write(cfg.ReadyFD, []byte("agent: "+err.Error()))
+			unix.Close(cfg.ReadyFD)
+		}
 		return err
 	}
 	defer tree.Close()
@@ -146,6 +160,9 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	if cfg.ReadyFD > 0 { // connections wait in the listen backlog until Serve accepts
+		unix.Close(cfg.ReadyFD)
+	}
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
 	select {
 	case <-ctx.Done():

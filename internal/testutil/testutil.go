@@ -148,6 +148,7 @@ func BuildSBX(t testing.TB) string {
 		build.path = filepath.Join(dir, "sbx")
 		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", build.path, "./cmd/sbx")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as the Makefile builds it
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = errors.New("go build ./cmd/sbx: " + err.Error() + "\n" + string(out))
 		}

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 	sbxBin = filepath.Join(dir, "sbx")
 	build := exec.Command("go", "build", "-o", sbxBin, "sbx/cmd/sbx")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as the Makefile builds it
 	if err := build.Run(); err != nil {
 		fmt.Println("e2e: building sbx:", err)
 		os.Exit(1)

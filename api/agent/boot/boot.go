@@ -7,7 +7,8 @@ package boot
 // flag parsing, signal handling or goroutine starts.
 const (
 	// InitArg selects the jail's init stage (isolation/nsinit): it finishes
-	// containment inside the new namespaces, then execs the agent.
+	// containment inside the new namespaces, then the same process goes on as the
+	// agent, with AgentConfig as JSON as its one further argument.
 	InitArg = "__sbx_init"
 	// AgentArg selects the in-sandbox agent. Its one further argument is
 	// AgentConfig as JSON.
@@ -55,6 +56,9 @@ type AgentConfig struct {
 	OOMFormat string `json:"oom_format,omitempty"`
 	// Subreaper makes the agent adopt orphans when it is not PID 1 (local backend).
 	Subreaper bool `json:"subreaper,omitempty"`
+	// ReadyFD, when > 0, is the write end of a pipe the backend reads to EOF: the
+	// agent closes it once it serves, or first writes why it could not start.
+	ReadyFD int `json:"ready_fd,omitempty"`
 	// LogFD, when > 0, receives the agent's own logs (JSON lines), kept apart from
 	// every process's stdout and stderr. Otherwise logs go to stderr.
 	LogFD int `json:"log_fd,omitempty"`

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/osthread"
 )
 
 // Start starts s. A command that cannot be found or executed does not fail:
@@ -161,24 +162,16 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 
 // forkInFreezer starts the child already inside its v1 freezer group: a
 // dedicated OS thread joins the group (v1 places threads through "tasks"), forks
-// there, and is then discarded, so the child never runs outside it.
-func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (int, error) {
-	type res struct {
-		pid int
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+// there, and is then discarded (osthread), so the child never runs outside it.
+func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
+	err = osthread.Discarded(func() error {
 		if err := writeAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
-			ch <- res{err: fmt.Errorf("joining freezer group: %w", err)}
-			return
+			return fmt.Errorf("joining freezer group: %w", err)
 		}
-		pid, err := syscall.ForkExec(path, argv, pa)
-		ch <- res{pid, err}
-	}()
-	r := <-ch
-	return r.pid, r.err
+		pid, err = syscall.ForkExec(path, argv, pa)
+		return err
+	})
+	return pid, err
 }
 
 func (p *Proc) closeStdio() {

@@ -32,6 +32,9 @@ func fakeAgent(cfgJSON string) {
 		fmt.Fprintln(os.Stderr, "fake agent:", err)
 		os.Exit(2)
 	}
+	if cfg.ReadyFD > 0 {
+		syscall.Close(cfg.ReadyFD)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGCHLD)
 	go func() {

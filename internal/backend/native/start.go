@@ -1,5 +1,6 @@
 // This file implements Start: directories, cgroups and limits first, then the
-// init stage in new namespaces, then the wait for the agent.
+// one process of the sandbox, born in its namespaces and cgroups: the init stage,
+// which goes on as the agent and says when it serves.
 
 package native
 
@@ -11,7 +12,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +31,9 @@ import (
 )
 
 // File descriptors in the init stage and the agent: after nsinit's plan and
-// status pipes come the listening socket, the sandbox's cgroup directory (v2, else
-// the v1 freezer) and its OOM counter file, all opened here on the host side.
+// status pipes (the status pipe is also the agent's ReadyFD) come the listening
+// socket, the sandbox's cgroup directory (v2, else the v1 freezer) and its OOM
+// counter file, all opened here on the host side.
 const (
 	listenFD = 5
 	cgroupFD = 6
@@ -42,10 +43,10 @@ const (
 // cleanupTimeout bounds the teardown of one sandbox.
 const cleanupTimeout = 30 * time.Second
 
-// cloneFlags are the namespaces of the init stage. The cgroup namespace is made
-// by init itself, once it is in its cgroups.
+// cloneFlags are the namespaces of the init stage. It is born in its cgroups
+// (cgroup.Group.ForkIn), so its new cgroup namespace is rooted at them.
 const cloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS |
-	syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET
+	syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -137,11 +138,6 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	} else {
 		return nil, fmt.Errorf("reading the start time of pid %d: %w", b.pid, err)
 	}
-	if d.testArgv == nil {
-		if err := waitHealthy(ctx, b); err != nil {
-			return nil, err
-		}
-	}
 	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.pid, logkey.Duration, time.Since(began))
 	return d.instance(b, iso)
 }
@@ -209,7 +205,6 @@ func (d *Driver) mountPlan(b *box, spec sandbox.Spec) mount.Plan {
 		},
 		Binds: []mount.Bind{
 			{Source: filepath.Join(b.dir, "workspace"), Target: "/workspace"},
-			{Source: d.exe, Target: mount.SealedPath, ReadOnly: true},
 		},
 		TmpBytes: spec.MemoryBytes,
 		ShmBytes: spec.MemoryBytes,
@@ -220,8 +215,9 @@ func (d *Driver) mountPlan(b *box, spec sandbox.Spec) mount.Plan {
 	return p
 }
 
-// plan is what the init stage does for this sandbox.
-func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
+// plan is what the init stage does for this sandbox, and the configuration of
+// the agent it goes on as.
+func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, string, error) {
 	env := []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8", "TERM=xterm-256color"}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
@@ -233,11 +229,11 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		KeepFDs:  []int{listenFD},
 		NoFile:   1 << 20, // capped at the daemon's own hard limit
 		Caps:     nsinit.DefaultCaps,
-		Env:      []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8"},
 	}
 	cfg := boot.AgentConfig{
 		SandboxID:        string(b.id),
 		ListenFD:         listenFD,
+		ReadyFD:          nsinit.StatusFD,
 		Root:             "/",
 		Workdir:          "/workspace",
 		OutputDir:        "/var/tmp/sbx-output",
@@ -260,19 +256,22 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
-		return p, err
+		return p, "", err
 	}
-	p.Path, p.Argv = mount.SealedPath, []string{"sbx", boot.AgentArg, string(js)}
 	if d.testArgv != nil {
-		p.Path, p.Argv = d.testArgv[0], d.testArgv
+		p.Path, p.Argv, p.Env = d.testArgv[0], d.testArgv, agentEnv
 	}
-	return p, nil
+	return p, string(js), nil
 }
 
-// spawn starts the init stage, places it in its cgroups, hands it its plan and
-// waits until it has executed the agent (or failed, saying why).
+// agentEnv is the environment of the init stage and agent process; the
+// sandbox's own goes in AgentConfig.Env.
+var agentEnv = []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8"}
+
+// spawn starts the init stage in its namespaces and cgroups, hands it its plan
+// and waits until the agent serves (or init or the agent failed, saying why).
 func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
-	p, err := d.plan(b, spec)
+	p, agentCfg, err := d.plan(b, spec)
 	if err != nil {
 		return err
 	}
@@ -311,16 +310,6 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	}
 	defer logf.Close()
 
-	pidfd := -1
-	attr := &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd}
-	if v2 := b.group.V2Dir(); v2 != "" { // born in its v2 group (CLONE_INTO_CGROUP)
-		cg, err := os.Open(v2)
-		if err != nil {
-			return err
-		}
-		defer cg.Close()
-		attr.UseCgroupFD, attr.CgroupFD = true, int(cg.Fd())
-	}
 	extra := []*os.File{planR, statusW, lnFile} // nsinit.PlanFD, nsinit.StatusFD, listenFD
 	cgDir := b.group.V2Dir()
 	if cgDir == "" {
@@ -341,16 +330,23 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		defer f.Close()
 		extra = append(extra, f)
 	}
+	pidfd := -1
 	cmd := &exec.Cmd{
-		Path:        d.exe,
-		Args:        []string{"sbx", boot.InitArg},
-		Env:         []string{},
-		Dir:         "/",
-		Stderr:      logf,
-		ExtraFiles:  extra,
-		SysProcAttr: attr,
+		Path:       d.exe,
+		Args:       []string{"sbx", boot.InitArg, agentCfg},
+		Env:        agentEnv,
+		Dir:        "/",
+		Stderr:     logf,
+		ExtraFiles: extra,
 	}
-	if err := cmd.Start(); err != nil {
+	err = b.group.ForkIn(func(v2fd int) error {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd}
+		if v2fd >= 0 {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2fd
+		}
+		return cmd.Start()
+	})
+	if err != nil {
 		return fmt.Errorf("starting the init stage: %w", err)
 	}
 	b.pid = cmd.Process.Pid
@@ -364,10 +360,6 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	planR.Close()
 	statusW.Close()
 	lnFile.Close()
-	// In every hierarchy before the plan is written: init blocks reading it.
-	if err := b.group.AddPid(b.pid); err != nil {
-		return err
-	}
 	if _, err := planW.Write(plan); err != nil {
 		return fmt.Errorf("sending the plan to the init stage: %w", err)
 	}
@@ -384,54 +376,12 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if len(msg) > 0 {
 		return fmt.Errorf("init stage: %s", strings.TrimSpace(string(msg)))
 	}
+	// EOF with nothing said: the agent serves, or init exec'd a test's program,
+	// or the process died before it could say why.
+	if b.exited() && d.testArgv == nil {
+		return fmt.Errorf("init stage exited (%s) before the agent served", describeExit(b.exit))
+	}
 	return nil
-}
-
-// waitHealthy asks the agent for GET /health until it answers 204, the agent
-// exits, or ctx ends. The socket listens from the start, so a request waits in
-// the backlog until the agent serves: the retries only cover an agent that
-// closed a connection on its way up.
-func waitHealthy(ctx context.Context, b *box) error {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var nd net.Dialer
-			return nd.DialContext(ctx, "unix", b.sock)
-		},
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-b.done:
-			cancel(fmt.Errorf("agent exited (%s) before serving", describeExit(b.exit)))
-		case <-ctx.Done():
-		}
-	}()
-	delay := 200 * time.Microsecond
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return nil
-			}
-			err = fmt.Errorf("agent health answered %s", resp.Status)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the agent: %w (last: %v)", context.Cause(ctx), err)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 20*time.Millisecond)
-	}
 }
 
 func exitOf(ps *os.ProcessState) sandbox.Exit {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"sbx/internal/osthread"
 )
 
 // Limits are the resource limits of a Group. A zero field leaves that resource
@@ -262,6 +264,42 @@ func (g *Group) AddPid(pid int) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ForkIn runs fork, which starts one process, so that the process is born in the
+// group in every hierarchy and never runs outside it: fork runs on an OS thread
+// of its own that first joins the group in each v1 hierarchy (v1 places single
+// threads through "tasks"), and that thread is discarded afterwards rather than
+// returned to the Go scheduler. fork receives the v2 directory's fd (or -1) for
+// CLONE_INTO_CGROUP (syscall.SysProcAttr.UseCgroupFD).
+func (g *Group) ForkIn(fork func(v2fd int) error) error {
+	v2fd := -1
+	if g.v2 != "" {
+		fd, err := syscall.Open(g.v2, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening cgroup %s: %w", g.v2, err)
+		}
+		defer syscall.Close(fd)
+		v2fd = fd
+	}
+	var v1 []string
+	for _, d := range g.dirs() {
+		if d != g.v2 {
+			v1 = append(v1, d)
+		}
+	}
+	if len(v1) == 0 {
+		return fork(v2fd)
+	}
+	return osthread.Discarded(func() error {
+		tid := strconv.Itoa(syscall.Gettid())
+		for _, d := range v1 {
+			if err := writeFile(filepath.Join(d, "tasks"), tid); err != nil {
+				return fmt.Errorf("joining cgroup %s: %w", d, err)
+			}
+		}
+		return fork(v2fd)
+	})
 }
 
 // Procs lists the pids in the group and its descendants, in every hierarchy,

@@ -31,11 +31,8 @@ var skeletonDirs = []struct {
 	{"workspace", 0o755}, {"usr", 0o755}, {"etc", 0o755}, {"root", 0o700}, {"home", 0o755},
 	{"run", 0o755}, {"mnt", 0o755}, {"opt", 0o755}, {"srv", 0o755}, {"var", 0o755},
 	{"var/tmp", 0o777 | fs.ModeSticky}, {"var/lib", 0o755}, {"var/cache", 0o755},
-	{"var/log", 0o755}, {"var/spool", 0o755}, {".sbx", 0o755},
+	{"var/log", 0o755}, {"var/spool", 0o755},
 }
-
-// SealedPath is where the sealed sbx binary is bound in every root.
-const SealedPath = "/.sbx/sbx"
 
 // Skeleton is a built skeleton layer.
 type Skeleton struct {
@@ -46,8 +43,7 @@ type Skeleton struct {
 }
 
 // BuildSkeleton makes, under parent, the skeleton of a root modelled on the host
-// root hostRoot: the top-level directories, the host's merged-/usr symlinks, and an
-// empty file as the mount point of the sealed binary. The layer is named by a hash
+// root hostRoot: the top-level directories and the host's merged-/usr symlinks. The layer is named by a hash
 // of its content and reused when present.
 func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
 	var desc []string
@@ -95,7 +91,7 @@ func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
 				return err
 			}
 		}
-		return os.WriteFile(filepath.Join(tmp, SealedPath), nil, 0o555)
+		return nil
 	})
 	sk.Dir = dir
 	return sk, err

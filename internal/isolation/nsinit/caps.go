@@ -1,11 +1,15 @@
 // This file implements the capability step: ambient cleared, bounding dropped to
-// the kept set, then permitted, effective and inheritable set to it.
+// the kept set, then permitted, effective and inheritable set to it, then
+// no_new_privs.
 
 package nsinit
 
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,22 +49,39 @@ func CapMask(names []string) (uint64, error) {
 	return m, nil
 }
 
-// applyCaps confines the calling thread (and what it execs) to keep. Call it on
-// the locked thread that execs: capability sets are per thread.
-func applyCaps(keep uint64) error {
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clearing ambient capabilities: %w", err)
+// confine applies keep and no_new_privs. Both are per thread: with allThreads
+// they go to every thread of the process through syscall.AllThreadsSyscall
+// (which a binary built with cgo lacks: that is an error), else to the calling
+// thread only, which must be the one that execs.
+func confine(keep uint64, threadOnly bool) error {
+	call := func(trap, a1, a2, a3 uintptr) error {
+		var errno syscall.Errno
+		if threadOnly {
+			_, _, errno = syscall.RawSyscall6(trap, a1, a2, a3, 0, 0, 0)
+		} else {
+			_, _, errno = syscall.AllThreadsSyscall6(trap, a1, a2, a3, 0, 0, 0)
+		}
+		if errno == syscall.ENOTSUP && !threadOnly {
+			return errors.New("the sbx binary was built with cgo, which cannot confine every thread: build it with CGO_ENABLED=0")
+		}
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+	if err := call(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return fmt.Errorf("caps: clearing ambient capabilities: %w", err)
 	}
 	for c := uint(0); c < 64; c++ {
 		if keep&(1<<c) != 0 {
 			continue
 		}
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		err := call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
 		if errors.Is(err, unix.EINVAL) {
 			break // past the kernel's last capability
 		}
 		if err != nil {
-			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+			return fmt.Errorf("caps: dropping capability %d from the bounding set: %w", c, err)
 		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -69,8 +90,14 @@ func applyCaps(keep uint64) error {
 		v := uint32(keep >> (32 * i))
 		data[i] = unix.CapUserData{Effective: v, Permitted: v, Inheritable: v}
 	}
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("setting capabilities: %w", err)
+	err := call(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(&hdr)
+	runtime.KeepAlive(&data)
+	if err != nil {
+		return fmt.Errorf("caps: setting capabilities: %w", err)
+	}
+	if err := call(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	return nil
 }

@@ -19,13 +19,21 @@ import (
 // maxPlanBytes bounds the plan read from the parent.
 const maxPlanBytes = 1 << 20
 
-// Main runs the init stage. It never returns: it ends in execve of the planned
-// program, or reports its error on StatusFD and exits 1.
+// Main runs the init stage in the calling process, which the backend started in
+// its new namespaces and cgroups. With a program in the plan it ends in execve of
+// it; without one it returns, and the caller goes on to be the agent in this same
+// process (one program start per sandbox). StatusFD stays open on return: the
+// agent closes it once it serves. On error Main reports on StatusFD and exits 1.
 func Main() {
-	// Capabilities, no_new_privs and the cgroup namespace are per thread: apply
-	// them all, and execve, from this one thread.
+	// Capabilities and no_new_privs are per thread: they are applied to every
+	// thread of the process, and this one, which execs when there is a program,
+	// stays put in case that is not possible.
 	runtime.LockOSThread()
 	err := run()
+	if err == nil {
+		runtime.UnlockOSThread()
+		return
+	}
 	msg := []byte(err.Error())
 	unix.Write(StatusFD, msg)
 	os.Stderr.Write(append([]byte("sbx init: "), append(msg, '\n')...))
@@ -49,11 +57,8 @@ func run() error {
 	if err != nil {
 		return step("caps", err)
 	}
-	// The parent placed this process in its cgroups before writing the plan:
-	// the new cgroup namespace is rooted at the sandbox's groups.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return step("cgroupns", err)
-	}
+	// The parent started this process in its cgroups and in a new cgroup
+	// namespace, which is therefore rooted at the sandbox's groups.
 	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
 		return step("sethostname", err)
 	}
@@ -76,11 +81,15 @@ func run() error {
 	if err := setRlimits(p.NoFile); err != nil {
 		return step("rlimits", err)
 	}
-	if err := applyCaps(keep); err != nil {
-		return step("caps", err)
+	// Every thread, or with a program to exec (which ends the other threads)
+	// at least this one; the agent runs on after, so it needs them all.
+	if err := confine(keep, p.Path != ""); err != nil {
+		return err
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return step("no_new_privs", err)
+	if p.Path == "" {
+		// The agent runs on in this process: every fd it holds stays open, none
+		// reaches a program it starts unless handed over explicitly.
+		return step("closefds", closeFDs(nil))
 	}
 	if err := closeFDs(keptFDs(p)); err != nil {
 		return step("closefds", err)

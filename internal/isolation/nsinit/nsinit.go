@@ -1,6 +1,8 @@
-// Package nsinit is the jail's init stage: started by the native backend inside new
-// namespaces, it applies the remaining containment steps in order, then execs the
-// agent. It knows nothing of sandboxes beyond the plan it is handed.
+// Package nsinit is the jail's init stage: the first thing the process the native
+// backend starts in new namespaces and cgroups does. It applies the remaining
+// containment steps in order, then returns so the same process goes on as the
+// agent (or, for tests, execs a planned program). It knows nothing of sandboxes
+// beyond the plan it is handed.
 package nsinit
 
 import (
@@ -10,12 +12,11 @@ import (
 // File descriptors of the init stage. The parent passes them as its first extra
 // files, in this order.
 const (
-	// PlanFD is the read end of a pipe carrying the Plan as JSON. The parent
-	// writes it only once the child is in all its cgroups, so reading it to EOF is
-	// also the wait for that.
+	// PlanFD is the read end of a pipe carrying the Plan as JSON.
 	PlanFD = 3
-	// StatusFD is the write end of a pipe on which init writes why it failed.
-	// A successful execve closes it (it is close-on-exec) with nothing written.
+	// StatusFD is the write end of a pipe on which init writes why it failed. On
+	// success it is left to the agent, which closes it once it serves (or writes
+	// why it could not); a successful execve closes it with nothing written.
 	StatusFD = 4
 )
 
@@ -29,15 +30,16 @@ type Plan struct {
 	Workdir string `json:"workdir"`
 	// OpenFDs are opened before pivot_root (host paths) and kept across execve.
 	OpenFDs []OpenFD `json:"open_fds,omitempty"`
-	// KeepFDs are inherited fds kept across execve, besides 0, 1, 2 and OpenFDs.
+	// KeepFDs are inherited fds kept across execve of Path, besides 0, 1, 2 and
+	// OpenFDs. Without Path every fd stays open, close-on-exec.
 	KeepFDs []int `json:"keep_fds,omitempty"`
 	// NoFile caps RLIMIT_NOFILE (soft and hard) at min(NoFile, current hard).
 	NoFile uint64 `json:"nofile"`
 	// Caps are the capabilities kept (names as in capabilities(7), "CAP_" omitted);
 	// every other is dropped from every set. DefaultCaps is Docker's default set.
 	Caps []string `json:"caps"`
-	// Path, Argv and Env are the program executed last: the agent, or a test's
-	// command.
+	// Path, Argv and Env, when Path is set, are a program executed last in place
+	// of going on as the agent: a test's command.
 	Path string   `json:"path"`
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
