@@ -33,7 +33,7 @@ const Version = "sbx-agent/1"
 // Main runs the agent from os.Args[2] (boot.AgentConfig as JSON). It never returns.
 func Main() {
 	// An idle agent should cost little memory: few threads, a small heap.
-	runtime.GOMAXPROCS(2)
+	runtime.GOMAXPROCS(1)
 	debug.SetGCPercent(50)
 	debug.SetMemoryLimit(16 << 20)
 

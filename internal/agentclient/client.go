@@ -225,6 +225,7 @@ func (c *Client) follow(op string, st *connect.ServerStreamForClient[pb.ExecEven
 			}
 			res := execResult(ev.Result)
 			res.ProcessID, res.PID = info.ID, info.PID
+			drain(st)
 			if err := emit(sandbox.ExecEvent{Result: res}); err != nil {
 				return nil, err
 			}
@@ -235,6 +236,17 @@ func (c *Client) follow(op string, st *connect.ServerStreamForClient[pb.ExecEven
 		return nil, c.wrap(op, err)
 	}
 	return nil, &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: the agent ended the stream without a result", sandbox.ErrAgentLost)}
+}
+
+// drain reads the end of a stream whose last message came, so its connection
+// goes back to the pool instead of being closed mid-body. An agent that keeps
+// sending is cut off after a few messages.
+func drain[T any](st *connect.ServerStreamForClient[T]) {
+	for range 4 {
+		if !st.Receive() {
+			return
+		}
+	}
 }
 
 func execResult(r *pb.ExecResult) *sandbox.ExecResult {

@@ -1,14 +1,59 @@
-// This file implements API key authentication against the store's hashes.
+// This file implements API key authentication against the store's hashes, with
+// a short-lived cache of keys already checked: every API call authenticates, and
+// a store query per call would cost more than the call's own work.
 
 package manager
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"sbx/internal/sandbox"
 )
+
+// keyCacheTTL bounds how long a key found valid is trusted without the store.
+// Keys are revoked today only at daemon start, before anything is cached; a
+// revocation while serving must also empty the cache.
+const keyCacheTTL = 10 * time.Second
+
+// keyCacheMax bounds the cache; it is cleared when full. Only valid keys enter
+// it, so invalid tokens cannot grow it.
+const keyCacheMax = 1024
+
+// keyCache maps the SHA-256 of a secret to its key. Holding hashes, it never
+// holds a secret.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]cachedKey
+}
+
+type cachedKey struct {
+	key     Key
+	expires time.Time
+}
+
+func (c *keyCache) get(h [sha256.Size]byte, now time.Time) (Key, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[h]
+	if !ok || now.After(e.expires) {
+		return Key{}, false
+	}
+	return e.key, true
+}
+
+func (c *keyCache) put(h [sha256.Size]byte, k Key, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= keyCacheMax {
+		c.m = make(map[[sha256.Size]byte]cachedKey)
+	}
+	c.m[h] = cachedKey{key: k, expires: now.Add(keyCacheTTL)}
+}
 
 // Key is an API key's identity (never its secret).
 type Key struct {
@@ -22,6 +67,11 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
 	if token == "" {
 		return Key{}, fmt.Errorf("%w: no API key given", sandbox.ErrUnauthenticated)
 	}
+	h := sha256.Sum256([]byte(token))
+	now := time.Now() // the cache's own clock, not the injected one
+	if k, ok := m.keys.get(h, now); ok {
+		return k, nil
+	}
 	k, err := m.store.LookupKey(ctx, token)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return Key{}, fmt.Errorf("%w: invalid API key", sandbox.ErrUnauthenticated) // never echo the token
@@ -29,5 +79,7 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("authenticating: %w", err)
 	}
-	return Key{ID: k.ID, Name: k.Name}, nil
+	key := Key{ID: k.ID, Name: k.Name}
+	m.keys.put(h, key, now)
+	return key, nil
 }

@@ -81,6 +81,7 @@ type Manager struct {
 	log          *slog.Logger
 	now          func() time.Time
 	slots        chan struct{} // create admission: one token per create in flight
+	keys         keyCache
 	queueTimeout time.Duration
 
 	lifetime context.Context // ends at Close, with errShutdown

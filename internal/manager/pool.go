@@ -10,6 +10,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -112,6 +114,10 @@ func (m *Manager) startPool() {
 	if m.poolSize <= 0 {
 		return
 	}
+	// Refills run in parallel, one per core: a start is mostly the kernel's
+	// and the new process's work, and a drained pool should fill at the rate
+	// the machine can start sandboxes, not one at a time.
+	workers := min(m.poolSize, runtime.GOMAXPROCS(0))
 	m.poolLoop.Go(func() {
 		for {
 			select {
@@ -119,8 +125,14 @@ func (m *Manager) startPool() {
 				return
 			case <-m.poolKick:
 			}
-			for m.refillOne() {
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for m.refillOne() {
+					}
+				})
 			}
+			wg.Wait()
 		}
 	})
 	m.poolWake()

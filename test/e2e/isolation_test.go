@@ -17,11 +17,26 @@ func TestJailView(t *testing.T) {
 	// PR-01: only the sandbox's own processes; PID 1 is sbx.
 	r := d.sh(id, "ls -d /proc/[0-9]* | wc -l; cat /proc/1/cmdline | tr '\\0' ' '")
 	lines := strings.SplitN(strings.TrimSpace(r.Stdout), "\n", 2)
-	if len(lines) != 2 || !strings.Contains(lines[1], "__sbx_agent") {
+	if len(lines) != 2 || !strings.Contains(lines[1], "__sbx_init") {
 		t.Errorf("pid 1 is not the agent: %q", r.Stdout)
 	}
 	if n := strings.TrimSpace(lines[0]); n == "" || len(n) > 1 {
 		t.Errorf("sandbox sees %s processes; want a handful", n)
+	}
+	// Every thread of the agent, and the workload, hold only the default
+	// capabilities with no_new_privs; the daemon's own are wider (control).
+	const dockerCaps = "00000000a80405fb" // nsinit.DefaultCaps
+	r = d.sh(id, "grep -h -E '^(CapBnd|CapEff|CapPrm|NoNewPrivs)' /proc/1/task/*/status /proc/self/status | tr -d '\t' | sort | uniq -c")
+	for _, want := range []string{"CapBnd:" + dockerCaps, "CapEff:" + dockerCaps, "CapPrm:" + dockerCaps, "NoNewPrivs:1"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("threads of the agent and the workload: want every one %s, got\n%s", want, r.Stdout)
+		}
+	}
+	if got := strings.Count(strings.TrimSpace(r.Stdout), "\n") + 1; got != 4 {
+		t.Errorf("threads disagree on their capabilities (want 4 distinct lines):\n%s", r.Stdout)
+	}
+	if host, _ := os.ReadFile("/proc/self/status"); strings.Contains(string(host), "CapBnd:\t"+dockerCaps) {
+		t.Errorf("control: the test process already has the default bounding set; the probe cannot tell")
 	}
 	if r := d.sh(id, "hostname"); strings.TrimSpace(r.Stdout) != id {
 		t.Errorf("hostname = %q, want %s", r.Stdout, id)

@@ -339,7 +339,15 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		Stderr:     logf,
 		ExtraFiles: extra,
 	}
+	bounding, err := nsinit.CapMask(append(slices.Clone(p.Caps), nsinit.InitCaps...))
+	if err != nil {
+		return err
+	}
 	err = b.group.ForkIn(func(v2fd int) error {
+		// This thread is discarded after the fork: its bounding set is the init's.
+		if err := nsinit.LimitBounding(bounding); err != nil {
+			return err
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd}
 		if v2fd >= 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2fd

@@ -270,8 +270,9 @@ func (g *Group) AddPid(pid int) error {
 // group in every hierarchy and never runs outside it: fork runs on an OS thread
 // of its own that first joins the group in each v1 hierarchy (v1 places single
 // threads through "tasks"), and that thread is discarded afterwards rather than
-// returned to the Go scheduler. fork receives the v2 directory's fd (or -1) for
-// CLONE_INTO_CGROUP (syscall.SysProcAttr.UseCgroupFD).
+// returned to the Go scheduler — so fork may change other per-thread state too.
+// fork receives the v2 directory's fd (or -1) for CLONE_INTO_CGROUP
+// (syscall.SysProcAttr.UseCgroupFD).
 func (g *Group) ForkIn(fork func(v2fd int) error) error {
 	v2fd := -1
 	if g.v2 != "" {
@@ -287,9 +288,6 @@ func (g *Group) ForkIn(fork func(v2fd int) error) error {
 		if d != g.v2 {
 			v1 = append(v1, d)
 		}
-	}
-	if len(v1) == 0 {
-		return fork(v2fd)
 	}
 	return osthread.Discarded(func() error {
 		tid := strconv.Itoa(syscall.Gettid())

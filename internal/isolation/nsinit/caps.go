@@ -49,6 +49,31 @@ func CapMask(names []string) (uint64, error) {
 	return m, nil
 }
 
+// InitCaps are the capabilities the init stage needs beyond the kept ones:
+// mounts, pivot_root and the hostname (SYS_ADMIN), and bringing lo up
+// (NET_ADMIN). It drops them itself before the agent serves.
+var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN"}
+
+// LimitBounding drops from the calling thread's bounding set every capability
+// outside keep. The parent calls it on the thread that starts the init stage,
+// a thread it then discards: the init is born without them, and its own drop
+// (one call per capability, on every thread) shrinks to InitCaps.
+func LimitBounding(keep uint64) error {
+	for c := uint(0); c < 64; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			return nil // past the kernel's last capability
+		}
+		if err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
 // confine applies keep and no_new_privs. Both are per thread: with allThreads
 // they go to every thread of the process through syscall.AllThreadsSyscall
 // (which a binary built with cgo lacks: that is an error), else to the calling
@@ -76,7 +101,12 @@ func confine(keep uint64, threadOnly bool) error {
 		if keep&(1<<c) != 0 {
 			continue
 		}
-		err := call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		// Reading is per thread and cheap; every thread has the same set.
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err == nil && in == 0 {
+			continue // the parent dropped it already (LimitBounding)
+		}
+		err = call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
 		if errors.Is(err, unix.EINVAL) {
 			break // past the kernel's last capability
 		}
