@@ -32,10 +32,17 @@ const Version = "sbx-agent/1"
 
 // Main runs the agent from os.Args[2] (boot.AgentConfig as JSON). It never returns.
 func Main() {
-	// An idle agent should cost little memory: few threads, a small heap.
-	runtime.GOMAXPROCS(1)
-	debug.SetGCPercent(50)
-	debug.SetMemoryLimit(16 << 20)
+	// An idle agent should cost little memory: few threads, a small heap. The
+	// backend normally sets this in the environment (boot.RuntimeEnv).
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(16 << 20)
+	}
 
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "sbx agent: missing configuration argument")

@@ -15,6 +15,11 @@ const (
 	AgentArg = "__sbx_agent"
 )
 
+// RuntimeEnv is the Go runtime's configuration for the agent, given in its
+// environment so the runtime starts with it: an idle agent should cost little
+// memory (one P, a small heap), and changing these after start stops the world.
+var RuntimeEnv = []string{"GOMAXPROCS=1", "GOGC=50", "GOMEMLIMIT=16MiB"}
+
 // AgentConfig is what the agent needs to serve. It is visible to code in the
 // sandbox (/proc/1/cmdline), so it never holds a secret.
 type AgentConfig struct {

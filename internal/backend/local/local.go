@@ -216,7 +216,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	pidfd := -1
 	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(js)}, &os.ProcAttr{
 		Dir:   ws,
-		Env:   []string{"PATH=" + env[0][len("PATH="):]},
+		Env:   append([]string{"PATH=" + env[0][len("PATH="):]}, boot.RuntimeEnv...),
 		Files: []*os.File{null, logf, logf},
 		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	})

@@ -266,7 +266,7 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, string, error) {
 
 // agentEnv is the environment of the init stage and agent process; the
 // sandbox's own goes in AgentConfig.Env.
-var agentEnv = []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8"}
+var agentEnv = append([]string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8"}, boot.RuntimeEnv...)
 
 // spawn starts the init stage in its namespaces and cgroups, hands it its plan
 // and waits until the agent serves (or init or the agent failed, saying why).
