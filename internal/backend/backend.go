@@ -86,6 +86,12 @@ type Lister interface {
 	ListHeld(ctx context.Context) ([]sandbox.ID, error)
 }
 
+// Closer is implemented by drivers with host state of their own to tidy when
+// the daemon stops. Close must leave every sandbox running.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
 // Report is the result of a Probe.
 type Report struct {
 	Backend   string

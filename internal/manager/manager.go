@@ -209,6 +209,13 @@ func (m *Manager) Close(ctx context.Context) error {
 		delete(m.live, id)
 	}
 	m.mu.Unlock()
+	for _, d := range m.drivers {
+		if c, ok := d.Driver.(backend.Closer); ok {
+			if cerr := c.Close(ctx); cerr != nil {
+				m.log.WarnContext(ctx, "closing a driver", logkey.Backend, d.Name, logkey.Err, cerr)
+			}
+		}
+	}
 	return err
 }
 

@@ -288,6 +288,18 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 	return ids, errors.Join(errs...)
 }
 
+// Close implements backend.Closer: it removes this instance's own group in
+// each hierarchy when no sandbox is left in it. Running sandboxes keep theirs.
+func (d *Driver) Close(ctx context.Context) error {
+	for _, h := range d.hierarchies() {
+		err := os.Remove(filepath.Join(h, "sbx", d.opts.Instance))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			return fmt.Errorf("removing the instance's cgroup in %s: %w", h, err)
+		}
+	}
+	return nil
+}
+
 // hierarchies lists the mount points of the hierarchies sandboxes' groups live in.
 func (d *Driver) hierarchies() []string {
 	var out []string

@@ -238,6 +238,35 @@ func TestDestroyIdempotent(t *testing.T) {
 	}
 }
 
+// TestCloseRemovesInstanceGroups checks Close keeps the instance's groups while
+// a sandbox runs in them, and removes them once none does.
+func TestCloseRemovesInstanceGroups(t *testing.T) {
+	d, _ := openTest(t, "/bin/sleep", "1000")
+	id := sandbox.NewID()
+	if _, err := d.Start(t.Context(), spec(id)); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	if err := d.Close(t.Context()); err != nil {
+		t.Fatalf("Close with a running sandbox = %v", err)
+	}
+	for _, h := range d.hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, d.cgroupPath(id))); err != nil {
+			t.Errorf("Close removed a running sandbox's group in %s: %v", h, err)
+		}
+	}
+	if err := d.Destroy(t.Context(), id); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if err := d.Close(t.Context()); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	for _, h := range d.hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, "sbx", d.opts.Instance)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("instance group in %s after Close: %v", h, err)
+		}
+	}
+}
+
 func TestFailedStartLeavesNothing(t *testing.T) {
 	d, _ := openTest(t, "/nonexistent/program")
 	for _, tc := range []struct {
