@@ -197,8 +197,14 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 // stop ends the daemon, deletes what it still holds, and removes its data dir.
 func (d *privateDaemon) stop() {
 	if d.client != nil {
+		// Sandboxes outlive their daemon: delete every one first, again while a
+		// create still in flight when the figures ended adds another.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if l, err := d.client.List(ctx, nil); err == nil {
+		for range 5 {
+			l, err := d.client.List(ctx, nil)
+			if err != nil || len(l) == 0 {
+				break
+			}
 			for _, sb := range l {
 				d.client.Delete(ctx, sb.ID)
 			}
