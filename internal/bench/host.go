@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sbx/api/agent/boot"
 )
 
 // bwrapArgs is a one-shot bubblewrap sandbox comparable to sbx's jail: every
@@ -81,7 +83,7 @@ func readMemory(pid int) (memory, error) {
 }
 
 // agentPID finds the agent of sandbox id through its cgroup (the agent is the
-// process whose argv names the agent stage). It returns 0 when none is visible.
+// process whose argv names the init or agent stage). It returns 0 when none is visible.
 func agentPID(id string) int {
 	var files []string
 	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*/" + id + "/cgroup.procs", "/sys/fs/cgroup/sbx/*/" + id + "/cgroup.procs"} {
@@ -96,7 +98,9 @@ func agentPID(id string) int {
 		for _, line := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(line)
 			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if bytes.Contains(cmd, []byte("__sbx_agent")) {
+			// The native backend's agent is its init stage gone on; local's
+			// is started as the agent stage.
+			if bytes.Contains(cmd, []byte("\x00"+boot.InitArg+"\x00")) || bytes.Contains(cmd, []byte("\x00"+boot.AgentArg+"\x00")) {
 				return pid
 			}
 		}
