@@ -362,3 +362,29 @@ type BackendHealth struct {
 	Layers    map[string]string `json:"layers"`
 	Reasons   []string          `json:"reasons"`
 }
+
+// IdempotencyKeyHeader makes POST /v1/sandboxes idempotent for its caller.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// AuditRecord is one audited call: GET /v1/audit. It names paths, argv[0] and
+// process ids, never file contents, environment values, stdin or secrets.
+type AuditRecord struct {
+	ID        int64     `json:"id"`
+	Time      time.Time `json:"time"`
+	KeyID     string    `json:"key_id"`
+	SandboxID string    `json:"sandbox_id"`
+	// Action is create, delete, expire, update, exec_start, exec_end,
+	// write_stdin, signal, read_file, write_file, stat, list_dir, make_dir,
+	// move, remove, glob, grep, download, upload or recover_destroy.
+	Action string `json:"action"`
+	// Target is the path, argv[0] or process id acted on.
+	Target string `json:"target"`
+	// Outcome is "ok" or the error's code.
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// AuditList is the body of GET /v1/audit, newest first.
+type AuditList struct {
+	Records []AuditRecord `json:"records"`
+}

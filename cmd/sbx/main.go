@@ -18,10 +18,9 @@ func main() {
 	if len(os.Args) > 1 { // hidden stages first: before flags, signals, goroutines
 		switch os.Args[1] {
 		case boot.InitArg:
-			nsinit.Main() // the jail's init; then this process is the agent
-			agent.Main()  // never returns
+			agent.Main(nsinit.Main()) // the jail's init; then this process is the agent
 		case boot.AgentArg:
-			agent.Main() // never returns
+			agent.Main(nil) // never returns
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

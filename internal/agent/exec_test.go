@@ -191,3 +191,34 @@ func TestBackgroundAttachSignal(t *testing.T) {
 		t.Errorf("Process(unknown) = %v", err)
 	}
 }
+
+// Every process the agent starts is the OOM killer's choice before the agent:
+// its oom_score_adj is raised, and its children inherit it.
+func TestWorkloadOOMScore(t *testing.T) {
+	a := startAgent(t, boot.AgentConfig{})
+	var started *sandbox.ProcessInfo
+	_, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "read line; cat /proc/self/oom_score_adj",
+		Background: true, KeepStdinOpen: true}, false, func(ev sandbox.ExecEvent) error {
+		if ev.Started != nil {
+			started = ev.Started
+		}
+		return nil
+	})
+	if err != nil || started == nil {
+		t.Fatalf("Exec(background) = %v, started %v", err, started)
+	}
+	// The process reads its score only once it has been told it started.
+	if err := a.cl.WriteStdin(t.Context(), started.ID, []byte("x\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	info, err := a.cl.Wait(t.Context(), started.ID, time.Minute)
+	if err != nil || info.Result == nil {
+		t.Fatalf("Wait = %+v, %v", info, err)
+	}
+	if got := strings.TrimSpace(string(info.Result.Stdout)); got != "500" {
+		t.Errorf("a child's oom_score_adj = %q, want 500 (stderr %q)", got, info.Result.Stderr)
+	}
+	if own, _ := os.ReadFile("/proc/self/oom_score_adj"); strings.TrimSpace(string(own)) == "500" {
+		t.Errorf("the test process's own score was raised too")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,8 +31,12 @@ import (
 // Version is reported by Health.
 const Version = "sbx-agent/1"
 
-// Main runs the agent from os.Args[2] (boot.AgentConfig as JSON). It never returns.
-func Main() {
+// maxConfig bounds the configuration the agent reads.
+const maxConfig = 16 << 20
+
+// Main runs the agent from cfgJSON (boot.AgentConfig as JSON), or, when it is
+// nil, from what it reads on boot.ConfigFD. It never returns.
+func Main(cfgJSON []byte) {
 	// An idle agent should cost little memory: few threads, a small heap. The
 	// backend normally sets this in the environment (boot.RuntimeEnv).
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -44,12 +49,18 @@ func Main() {
 		debug.SetMemoryLimit(16 << 20)
 	}
 
-	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "sbx agent: missing configuration argument")
-		os.Exit(2)
+	if cfgJSON == nil {
+		f := os.NewFile(boot.ConfigFD, "config")
+		b, err := io.ReadAll(io.LimitReader(f, maxConfig))
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sbx agent: reading configuration:", err)
+			os.Exit(2)
+		}
+		cfgJSON = b
 	}
 	var cfg boot.AgentConfig
-	if err := json.Unmarshal([]byte(os.Args[2]), &cfg); err != nil {
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "sbx agent: parsing configuration:", err)
 		os.Exit(2)
 	}
@@ -154,7 +165,8 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
 		Log:              log,
 	})
-	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log}, table, tree)
+	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log,
+		Archive: files.ArchiveLimits{MaxBytes: cfg.ArchiveMaxBytes, MaxEntries: cfg.ArchiveMaxEntries}}, table, tree)
 	defer srv.Close()
 	var protos http.Protocols
 	protos.SetHTTP1(true)

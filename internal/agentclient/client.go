@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,6 +40,10 @@ type Client struct {
 	hc    *http.Client
 	agent sbxagentconnect.AgentClient
 	fs    filesystemconnect.FilesystemClient
+	// lost ends, with the reason as its cause, when Lose is called: every call
+	// in flight ends then, and every later one fails at once.
+	lost context.Context
+	lose context.CancelCauseFunc
 }
 
 // New returns a client for sandbox id that reaches its agent through dial.
@@ -53,7 +58,8 @@ func New(id sandbox.ID, dial func(context.Context) (net.Conn, error)) *Client {
 		// bodies are bounded by the caller's ctx.
 		ResponseHeaderTimeout: 60 * time.Second,
 	}
-	hc := &http.Client{Transport: tr}
+	lost, lose := context.WithCancelCause(context.Background())
+	hc := &http.Client{Transport: &lossTransport{base: tr, lost: lost}}
 	// No compression over a local socket: it costs CPU on every call.
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxReplyBytes), connect.WithAcceptCompression("gzip", nil, nil)}
 	return &Client{
@@ -62,11 +68,70 @@ func New(id sandbox.ID, dial func(context.Context) (net.Conn, error)) *Client {
 		hc:    hc,
 		agent: sbxagentconnect.NewAgentClient(hc, baseURL, opts...),
 		fs:    filesystemconnect.NewFilesystemClient(hc, baseURL, opts...),
+		lost:  lost,
+		lose:  lose,
 	}
 }
 
 // Close drops idle connections.
 func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// Lose marks the agent lost for why (a sentence saying how it was lost): calls
+// in flight end, and this and every later call fail with sandbox.ErrAgentLost
+// naming why. The first reason given stays. Safe to call more than once.
+func (c *Client) Lose(why string) {
+	c.lose(errors.New(why))
+	c.tr.CloseIdleConnections()
+}
+
+// lossTransport ends each request, its response body included, when the
+// client's agent is declared lost: a hung agent must not hold a call forever.
+type lossTransport struct {
+	base http.RoundTripper
+	lost context.Context
+}
+
+func (t *lossTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.lost.Err() != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, context.Cause(t.lost)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stop := context.AfterFunc(t.lost, func() { cancel(context.Cause(t.lost)) })
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	return resp, nil
+}
+
+// releasingBody runs release once the body is closed.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+// broken reports whether err says the connection to the agent broke (the
+// agent's end went away mid-call) rather than the agent answering an error.
+func broken(err error) bool {
+	for _, e := range []error{io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.EPIPE, syscall.ENOENT, net.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // wrap is the only place an agent error becomes a sandbox error: the Connect
 // code picks the class, the agent's message says what.
@@ -77,6 +142,12 @@ func (c *Client) wrap(op string, err error) error {
 	var se *sandbox.Error
 	if errors.As(err, &se) {
 		return err
+	}
+	if c.lost.Err() != nil {
+		return &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: %v", sandbox.ErrAgentLost, context.Cause(c.lost))}
+	}
+	if broken(err) {
+		return &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: the connection to the agent broke: %v", sandbox.ErrAgentLost, err)}
 	}
 	if errors.Is(err, context.Canceled) && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 		return &sandbox.Error{Op: op, ID: c.id, Err: err}

@@ -1,5 +1,7 @@
 // This file implements `sbx cp`: files stream into and out of sandboxes, byte
-// for byte, never held whole in memory.
+// for byte, never held whole in memory; directories travel as tar archives,
+// extracted on the far side under the archive rules (client.ExtractArchive
+// here, the agent's in a sandbox).
 
 package cli
 
@@ -13,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 
+	"sbx/api/openapi"
 	"sbx/internal/client"
 )
 
@@ -32,8 +35,8 @@ func parseLocation(s string) location {
 }
 
 func runCp(ctx context.Context, e *env, args []string) int {
-	fs := e.flagSet("cp", "[--json] SRC DST\n\nSRC and DST are local paths, - (stdin or stdout), or ID:/path in a sandbox.\nA remote DST ending in / or a local DST that is a directory receives SRC's name.")
-	jsonOut := fs.Bool("json", false, `print {"path","size"} of the copy as JSON`)
+	fs := e.flagSet("cp", "[--json] SRC DST\n\nSRC and DST are local paths, - (stdin or stdout), or ID:/path in a sandbox.\nA remote DST ending in / or a local DST that is a directory receives SRC's name.\nA directory SRC is copied whole, as cp -r does (SRC/. copies its contents): as a tar\narchive, extracted on the far side without following symlinks; special files are\nleft out. A local directory DST must not exist or be empty; ID:/dir to - writes the tar.")
+	jsonOut := fs.Bool("json", false, `print {"path","size"} of the copy as JSON (directories add "entries" and "skipped")`)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return e.parseErr(fs, err, exitMisuse)
@@ -55,8 +58,12 @@ func runCp(ctx context.Context, e *env, args []string) int {
 	defer c.Close()
 	var out copied
 	switch {
+	case src.id == "" && localIsDir(src.path):
+		out, err = uploadDir(ctx, e, c, src.path, dst)
 	case src.id == "":
 		out, err = upload(ctx, e, c, src.path, dst)
+	case remoteIsDir(ctx, c, src):
+		out, err = copyDirOut(ctx, e, c, src, dst)
 	case dst.id == "":
 		out, err = download(ctx, e, c, src, dst.path)
 	default:
@@ -71,10 +78,12 @@ func runCp(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// copied is cp's --json output.
+// copied is cp's --json output. Size is the bytes of file content copied.
 type copied struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
+	Path    string                `json:"path"`
+	Size    int64                 `json:"size"`
+	Entries int64                 `json:"entries,omitempty"` // directories only
+	Skipped []openapi.ArchiveSkip `json:"skipped,omitempty"`
 }
 
 // remoteTarget puts name under dir when the remote destination ends in /.

@@ -92,6 +92,7 @@ type request struct {
 	body   any       // marshalled as JSON when set
 	raw    io.Reader // sent as is (application/octet-stream) when set
 	accept string
+	header http.Header // more request headers
 }
 
 // do sends req and returns the response when its status is 2xx; otherwise the
@@ -128,6 +129,9 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 	}
 	if req.accept != "" {
 		hr.Header.Set("Accept", req.accept)
+	}
+	for k, vs := range req.header {
+		hr.Header[k] = vs
 	}
 	if c.key != "" {
 		hr.Header.Set("Authorization", "Bearer "+c.key)

@@ -46,6 +46,35 @@ type Config struct {
 	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
+
+	// Limits (SECURITY.md AP-11, RS-14): a create or exec beyond one is refused
+	// with 429 and Retry-After. 0 means unlimited. The admin key is limited like
+	// any other; warm-pool sandboxes count once handed out.
+
+	// MaxSandboxes bounds the live sandboxes of all API keys together; default
+	// 1000. Env SBX_MAX_SANDBOXES.
+	MaxSandboxes int `toml:"max_sandboxes"`
+	// MaxSandboxesPerKey bounds each API key's live sandboxes; default 500. Env
+	// SBX_MAX_SANDBOXES_PER_KEY.
+	MaxSandboxesPerKey int `toml:"max_sandboxes_per_key"`
+	// CreateRatePerKey is each key's sustained creates per second (default 100),
+	// and CreateBurstPerKey how many it may make at once (default 300; 0: the
+	// rate rounded up): a token bucket. Env SBX_CREATE_RATE_PER_KEY,
+	// SBX_CREATE_BURST_PER_KEY.
+	CreateRatePerKey  float64 `toml:"create_rate_per_key"`
+	CreateBurstPerKey int     `toml:"create_burst_per_key"`
+	// ExecRatePerKey and ExecBurstPerKey are the same for exec calls (defaults
+	// 500 a second, bursts of 1000). Env SBX_EXEC_RATE_PER_KEY,
+	// SBX_EXEC_BURST_PER_KEY.
+	ExecRatePerKey  float64 `toml:"exec_rate_per_key"`
+	ExecBurstPerKey int     `toml:"exec_burst_per_key"`
+
+	// AuditRetention is how long audit records are kept (default 7 days; 0: no
+	// age bound). Env SBX_AUDIT_RETENTION.
+	AuditRetention time.Duration `toml:"audit_retention"`
+	// AuditMaxRecords is how many audit records are kept at most, the newest
+	// (default 1000000; 0: no count bound). Env SBX_AUDIT_MAX_RECORDS.
+	AuditMaxRecords int `toml:"audit_max_records"`
 }
 
 // Default returns the strict defaults for this process's user and environment.
@@ -64,6 +93,14 @@ func defaults(getenv func(string) string, euid int) Config {
 		SpillLimitBytes:      256 * sandbox.MiB,
 		ShutdownTimeout:      10 * time.Second,
 		LogLevel:             "info",
+		MaxSandboxes:         1000,
+		MaxSandboxesPerKey:   500,
+		CreateRatePerKey:     100,
+		CreateBurstPerKey:    300,
+		ExecRatePerKey:       500,
+		ExecBurstPerKey:      1000,
+		AuditRetention:       7 * 24 * time.Hour,
+		AuditMaxRecords:      1_000_000,
 	}
 }
 
@@ -93,7 +130,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkLogLevel} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {
@@ -168,6 +205,44 @@ func checkLimits(c *Config) error {
 	}
 	if c.SpillLimitBytes < c.OutputLimitBytes {
 		errs = append(errs, fmt.Errorf("spill_limit_bytes: %d is below output_limit_bytes (%d)", c.SpillLimitBytes, c.OutputLimitBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// maxRate bounds a per-key rate, far above what a daemon can serve.
+const maxRate = 1e6
+
+func checkKeyLimits(c *Config) error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max_sandboxes", c.MaxSandboxes}, {"max_sandboxes_per_key", c.MaxSandboxesPerKey},
+		{"create_burst_per_key", c.CreateBurstPerKey}, {"exec_burst_per_key", c.ExecBurstPerKey},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: %d is negative (0 means unlimited)", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"create_rate_per_key", c.CreateRatePerKey}, {"exec_rate_per_key", c.ExecRatePerKey}} {
+		if !(f.v >= 0 && f.v <= maxRate) { // NaN fails both
+			errs = append(errs, fmt.Errorf("%s: %g is outside [0, %g] per second (0 means unlimited)", f.name, f.v, float64(maxRate)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkAudit(c *Config) error {
+	var errs []error
+	if c.AuditRetention < 0 {
+		errs = append(errs, fmt.Errorf("audit_retention: %s is negative (0 keeps records of any age)", c.AuditRetention))
+	}
+	if c.AuditMaxRecords < 0 {
+		errs = append(errs, fmt.Errorf("audit_max_records: %d is negative (0 keeps any number)", c.AuditMaxRecords))
 	}
 	return errors.Join(errs...)
 }

@@ -156,6 +156,34 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}
 	dur("SBX_QUEUE_TIMEOUT", "queue_timeout", &c.QueueTimeout)
 	dur("SBX_SHUTDOWN_TIMEOUT", "shutdown_timeout", &c.ShutdownTimeout)
+	integer := func(key, field string, dst *int) {
+		if v := getenv(key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s (from %s): %q is not a whole number", field, key, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	rate := func(key, field string, dst *float64) {
+		if v := getenv(key); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s (from %s): %q is not a number like 2.5", field, key, v))
+				return
+			}
+			*dst = f
+		}
+	}
+	integer("SBX_MAX_SANDBOXES", "max_sandboxes", &c.MaxSandboxes)
+	integer("SBX_MAX_SANDBOXES_PER_KEY", "max_sandboxes_per_key", &c.MaxSandboxesPerKey)
+	rate("SBX_CREATE_RATE_PER_KEY", "create_rate_per_key", &c.CreateRatePerKey)
+	integer("SBX_CREATE_BURST_PER_KEY", "create_burst_per_key", &c.CreateBurstPerKey)
+	rate("SBX_EXEC_RATE_PER_KEY", "exec_rate_per_key", &c.ExecRatePerKey)
+	integer("SBX_EXEC_BURST_PER_KEY", "exec_burst_per_key", &c.ExecBurstPerKey)
+	dur("SBX_AUDIT_RETENTION", "audit_retention", &c.AuditRetention)
+	integer("SBX_AUDIT_MAX_RECORDS", "audit_max_records", &c.AuditMaxRecords)
 	return errors.Join(errs...)
 }
 

@@ -114,6 +114,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		PoolSize:             cfg.PoolSize,
 		QueueTimeout:         cfg.QueueTimeout,
+		Limits: manager.Limits{
+			MaxSandboxes:       cfg.MaxSandboxes,
+			MaxSandboxesPerKey: cfg.MaxSandboxesPerKey,
+			CreateRate:         cfg.CreateRatePerKey,
+			CreateBurst:        cfg.CreateBurstPerKey,
+			ExecRate:           cfg.ExecRatePerKey,
+			ExecBurst:          cfg.ExecBurstPerKey,
+		},
+		AuditRetention:  cfg.AuditRetention,
+		AuditMaxRecords: cfg.AuditMaxRecords,
 	})
 	if err != nil {
 		return err
@@ -139,9 +149,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	defer os.Remove(sockPath)
 
+	// Headers must arrive within ReadHeaderTimeout and an idle keep-alive
+	// connection goes after IdleTimeout. Bodies are held to a minimum rate by
+	// the API itself (httpapi's bodyrate.go); there is no ReadTimeout or
+	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
+	// output that streams for as long as the command runs.
 	srv := &http.Server{
 		Handler:           newHandler(m, httpapi.Options{Log: log}),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 2)

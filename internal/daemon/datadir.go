@@ -41,7 +41,7 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-const adminKeyName = "admin"
+const adminKeyName = store.AdminKeyName
 
 // ensureAdminKey makes <dir>/admin.key hold the secret of a valid key named
 // admin, whose hash alone is in the store. When the file and the store disagree

@@ -12,13 +12,25 @@ import (
 
 	"sbx/internal/agentclient"
 	"sbx/internal/backend"
+	"sbx/internal/fault"
 	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 )
 
-// Create admits req through the policy and the queue, starts it on the first
-// available driver, and returns the running sandbox.
+// Create admits req through the policy, the limits of ctx's key and the queue,
+// starts it on the first available driver, and returns the running sandbox,
+// owned by ctx's key. Every call is audited.
 func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
+	sb, err := m.create(ctx, req)
+	id := sb.ID
+	if err != nil {
+		id = sandbox.IDOf(err)
+	}
+	m.audit(ctx, id, "create", req.Template, "", err)
+	return sb, err
+}
+
+func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sandbox.Sandbox, retErr error) {
 	const op = "create"
 	m.mu.Lock()
 	if m.closed {
@@ -33,9 +45,19 @@ func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 	}
+	// The key's place, taken before any side effect; a failed create gives it back.
+	res, err := m.limits.reserve(keyID(ctx), m.now())
+	if err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+	}
+	defer func() {
+		if retErr != nil {
+			m.limits.cancel(res)
+		}
+	}()
 	if m.poolSize > 0 {
 		if nd, rep, err := m.pick(ctx); err == nil && rep.Sandbox {
-			if sb, ok := m.takeWarm(ctx, nd, spec); ok {
+			if sb, ok := m.takeWarm(ctx, nd, spec, res); ok {
 				return sb, nil
 			}
 		}
@@ -53,6 +75,7 @@ func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbo
 		}
 	}
 	spec.ID = sandbox.NewID()
+	m.limits.bind(res, spec.ID)
 	if !rep.Sandbox {
 		// The operator listed a non-sandbox backend (local): it has no layers to
 		// require, and the isolation it reports says so.
@@ -93,10 +116,12 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 		Spec:      spec,
 		CreatedAt: now,
 		ExpiresAt: now.Add(spec.TTL),
+		OwnerKey:  keyID(ctx),
 	}
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("recording intent: %w", err)
 	}
+	fault.Point(fault.Intent)
 
 	var inst *backend.Instance
 	var client *agentclient.Client
@@ -129,10 +154,11 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("waiting for the agent: %w", err)
 	}
+	fault.Point(fault.Agent)
 
 	now = m.now()
 	deadline := now.Add(spec.TTL)
-	sb, err := m.store.UpdateSandbox(ctx, id, func(r *sandbox.Sandbox) error {
+	sb, err := m.commitCreate(ctx, id, func(r *sandbox.Sandbox) error {
 		r.State = sandbox.StateRunning
 		r.Saved = inst.Saved
 		r.Isolation = inst.Applied
@@ -142,6 +168,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("recording start: %w", err)
 	}
+	fault.Point(fault.Commit)
 	m.adopt(id, nd.Name, client, deadline)
 	sb.Spec.Env = spec.Env
 	log.InfoContext(ctx, "sandbox created", logkey.Duration, time.Since(began), "level", inst.Applied.Level)
@@ -180,7 +207,8 @@ func missingLayers(required []string, applied sandbox.Isolation) []string {
 	return out
 }
 
-// adopt makes a running sandbox reachable and schedules its expiry.
+// adopt makes a running sandbox reachable, schedules its expiry and watches its
+// agent (watch.go).
 func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.Client, deadline time.Time) {
 	m.mu.Lock()
 	if old := m.live[id]; old != nil {
@@ -189,4 +217,5 @@ func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.C
 	m.live[id] = &liveSandbox{client: client, backend: backendName, deadline: deadline}
 	m.mu.Unlock()
 	m.nudge()
+	m.watch(id, backendName, client)
 }

@@ -7,6 +7,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -20,7 +21,14 @@ func (m *Manager) client(ctx context.Context, op string, id sandbox.ID) (*agentc
 	}
 	m.mu.Lock()
 	l := m.live[id]
+	var lost string
+	if l != nil {
+		lost = l.lost
+	}
 	m.mu.Unlock()
+	if lost != "" {
+		return nil, lostError(op, id, lost)
+	}
 	if l != nil {
 		return l.client, nil
 	}
@@ -39,8 +47,48 @@ func (m *Manager) client(ctx context.Context, op string, id sandbox.ID) (*agentc
 	return nil, &sandbox.Error{Op: op, ID: id, Err: sandbox.ErrAgentLost}
 }
 
-// Exec admits req through the policy and runs it; see agentclient.Client.Exec.
+// Exec takes a token of ctx's key's exec rate and runs req (see exec); its
+// start (argv[0] and the process id, or why it did not start) and its end (exit
+// code and reason) are audited, never its arguments, environment or stdin.
 func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
+	argv0 := "/bin/sh" // a shell command's own text may hold secrets
+	if req.Shell == "" && len(req.Argv) > 0 {
+		argv0 = req.Argv[0]
+	}
+	if err := m.limits.allowExec(keyID(ctx), m.now()); err != nil {
+		err = &sandbox.Error{Op: "exec", ID: id, Err: err}
+		m.audit(ctx, id, "exec_start", argv0, "", err)
+		return nil, err
+	}
+	var started *sandbox.ProcessInfo
+	res, err := m.exec(ctx, id, req, stream, func(ev sandbox.ExecEvent) error {
+		if ev.Started != nil && started == nil {
+			p := *ev.Started
+			started = &p
+			m.audit(ctx, id, "exec_start", argv0, fmt.Sprintf("process_id=%s pid=%d", started.ID, started.PID), nil)
+		}
+		if onEvent == nil {
+			return nil
+		}
+		return onEvent(ev)
+	})
+	switch {
+	case started == nil: // refused, or failed before the process started
+		m.audit(ctx, id, "exec_start", argv0, "", err)
+	case res != nil:
+		m.audit(ctx, id, "exec_end", argv0, fmt.Sprintf("process_id=%s exit_code=%d reason=%s signal=%d",
+			res.ProcessID, res.ExitCode, res.Reason, res.Signal), err)
+	case err != nil:
+		m.audit(ctx, id, "exec_end", argv0, "process_id="+started.ID, err)
+	} // started in the background: its end is not this call's
+	return res, err
+}
+
+// exec admits req through the policy and runs it; see agentclient.Client.Exec.
+// When the agent is lost after the process started, the exec ends with a result
+// whose reason is agent_lost (killed when the sandbox is being deleted); before
+// it started, with an error wrapping sandbox.ErrAgentLost.
+func (m *Manager) exec(ctx context.Context, id sandbox.ID, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
 	const op = "exec"
 	c, err := m.client(ctx, op, id)
 	if err != nil {
@@ -50,8 +98,23 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 	if err != nil {
 		return nil, &sandbox.Error{Op: op, ID: id, Err: err}
 	}
-	res, err := c.Exec(ctx, req, stream, onEvent)
-	return res, sandbox.Wrap(op, id, err)
+	var started *sandbox.ProcessInfo
+	res, err := c.Exec(ctx, req, stream, func(ev sandbox.ExecEvent) error {
+		if ev.Started != nil {
+			p := *ev.Started
+			started = &p
+		}
+		if onEvent == nil {
+			return nil
+		}
+		return onEvent(ev)
+	})
+	if err != nil && started != nil && !req.Background {
+		if res, ok := m.cutShort(id, *started, err); ok {
+			return res, nil
+		}
+	}
+	return res, m.callErr(op, id, err)
 }
 
 func (m *Manager) Processes(ctx context.Context, id sandbox.ID) ([]sandbox.ProcessInfo, error) {
@@ -61,7 +124,7 @@ func (m *Manager) Processes(ctx context.Context, id sandbox.ID) ([]sandbox.Proce
 		return nil, err
 	}
 	ps, err := c.Processes(ctx)
-	return ps, sandbox.Wrap(op, id, err)
+	return ps, m.callErr(op, id, err)
 }
 
 func (m *Manager) Process(ctx context.Context, id sandbox.ID, pid string) (sandbox.ProcessInfo, error) {
@@ -71,9 +134,12 @@ func (m *Manager) Process(ctx context.Context, id sandbox.ID, pid string) (sandb
 		return sandbox.ProcessInfo{}, err
 	}
 	p, err := c.Process(ctx, pid)
-	return p, sandbox.Wrap(op, id, err)
+	return p, m.callErr(op, id, err)
 }
 
+// Attach follows process pid of sandbox id; see agentclient.Client.Attach. When
+// the agent is lost meanwhile, it ends with a result whose reason is agent_lost
+// (killed when the sandbox is being deleted).
 func (m *Manager) Attach(ctx context.Context, id sandbox.ID, pid string, replay bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
 	const op = "attach"
 	c, err := m.client(ctx, op, id)
@@ -81,7 +147,13 @@ func (m *Manager) Attach(ctx context.Context, id sandbox.ID, pid string, replay 
 		return nil, err
 	}
 	res, err := c.Attach(ctx, pid, replay, onEvent)
-	return res, sandbox.Wrap(op, id, err)
+	if err != nil {
+		// The process existed when the agent was reached: its end is a result.
+		if res, ok := m.cutShort(id, sandbox.ProcessInfo{ID: pid}, err); ok {
+			return res, nil
+		}
+	}
+	return res, m.callErr(op, id, err)
 }
 
 func (m *Manager) WaitProcess(ctx context.Context, id sandbox.ID, pid string, timeout time.Duration) (sandbox.ProcessInfo, error) {
@@ -91,24 +163,43 @@ func (m *Manager) WaitProcess(ctx context.Context, id sandbox.ID, pid string, ti
 		return sandbox.ProcessInfo{}, err
 	}
 	p, err := c.Wait(ctx, pid, timeout)
-	return p, sandbox.Wrap(op, id, err)
+	return p, m.callErr(op, id, err)
 }
 
-func (m *Manager) WriteStdin(ctx context.Context, id sandbox.ID, pid string, data []byte, eof bool) error {
+func (m *Manager) WriteStdin(ctx context.Context, id sandbox.ID, pid string, data []byte, eof bool) (retErr error) {
 	const op = "write_stdin"
+	defer func() { m.audit(ctx, id, op, pid, fmt.Sprintf("bytes=%d eof=%t", len(data), eof), retErr) }()
 	c, err := m.client(ctx, op, id)
 	if err != nil {
 		return err
 	}
-	return sandbox.Wrap(op, id, c.WriteStdin(ctx, pid, data, eof))
+	return m.callErr(op, id, c.WriteStdin(ctx, pid, data, eof))
 }
 
-func (m *Manager) Signal(ctx context.Context, id sandbox.ID, pid string, sig int) (string, error) {
+func (m *Manager) Signal(ctx context.Context, id sandbox.ID, pid string, sig int) (outcome string, retErr error) {
 	const op = "signal"
+	defer func() { m.audit(ctx, id, op, pid, fmt.Sprintf("signal=%d %s", sig, outcome), retErr) }()
 	c, err := m.client(ctx, op, id)
 	if err != nil {
 		return "", err
 	}
 	out, err := c.Signal(ctx, pid, sig)
-	return out, sandbox.Wrap(op, id, err)
+	return out, m.callErr(op, id, err)
+}
+
+// callErr is the error of call op on sandbox id that returned err. A call cut
+// short because the sandbox was deleted or expired meanwhile (its agent
+// connection closed under it) fails as not found, saying so, rather than as a
+// lost agent: the end was deliberate.
+func (m *Manager) callErr(op string, id sandbox.ID, err error) error {
+	if errors.Is(err, sandbox.ErrAgentLost) {
+		m.mu.Lock()
+		_, live := m.live[id]
+		deleting := m.deleting[id]
+		m.mu.Unlock()
+		if deleting || !live {
+			return &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w: it was deleted or expired while the call ran", sandbox.ErrNotFound)}
+		}
+	}
+	return sandbox.Wrap(op, id, err)
 }

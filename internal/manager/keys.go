@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"sbx/internal/sandbox"
+	"sbx/internal/store"
 )
 
 // keyCacheTTL bounds how long a key found valid is trusted without the store.
@@ -59,6 +60,31 @@ func (c *keyCache) put(h [sha256.Size]byte, k Key, now time.Time) {
 type Key struct {
 	ID   string
 	Name string
+	// Admin is set for the daemon's admin key (the secret in admin.key): it
+	// reads every key's audit records. Limits apply to it as to any key.
+	Admin bool
+}
+
+type keyCtx struct{}
+
+// WithKey returns ctx carrying the API key that made the request; the manager
+// counts limits, records owners and audits calls under it. The API sets it once
+// it has authenticated the request.
+func WithKey(ctx context.Context, k Key) context.Context {
+	return context.WithValue(ctx, keyCtx{}, k)
+}
+
+// KeyFrom returns the API key WithKey put in ctx.
+func KeyFrom(ctx context.Context) (Key, bool) {
+	k, ok := ctx.Value(keyCtx{}).(Key)
+	return k, ok
+}
+
+// keyID is the id of ctx's key; empty for calls that carry none (the daemon's
+// own, and in-process callers).
+func keyID(ctx context.Context) string {
+	k, _ := KeyFrom(ctx)
+	return k.ID
 }
 
 // Authenticate returns the key whose secret is token (compared by hash, in
@@ -79,7 +105,7 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("authenticating: %w", err)
 	}
-	key := Key{ID: k.ID, Name: k.Name}
+	key := Key{ID: k.ID, Name: k.Name, Admin: k.Name == store.AdminKeyName}
 	m.keys.put(h, key, now)
 	return key, nil
 }

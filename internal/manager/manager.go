@@ -4,6 +4,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,17 @@ type Options struct {
 	// started ahead of demand (0: none). Creates that fit take one instead of
 	// starting cold.
 	PoolSize int
+	// Limits bound each API key's and all keys' sandboxes and call rates; the
+	// zero value limits nothing.
+	Limits Limits
+	// AuditRetention is how long audit records are kept (0: no age bound);
+	// AuditMaxRecords how many at most (0: no count bound).
+	AuditRetention  time.Duration
+	AuditMaxRecords int
+	// Heartbeat is the time between two health checks of every agent; each
+	// check may take three quarters of it, and three misses in a row lose the
+	// agent. 0 means DefaultHeartbeat.
+	Heartbeat time.Duration
 }
 
 // UnopenedDriver is a configured driver that failed to open.
@@ -83,6 +95,16 @@ type Manager struct {
 	slots        chan struct{} // create admission: one token per create in flight
 	keys         keyCache
 	queueTimeout time.Duration
+	beat         time.Duration // between two heartbeat rounds
+	limits       *limiter
+
+	auditLog        auditLog
+	auditLoop       sync.WaitGroup
+	auditRetention  time.Duration
+	auditMaxRecords int
+
+	idemMu  sync.Mutex
+	flights map[flightKey]*flight // guarded by idemMu
 
 	lifetime context.Context // ends at Close, with errShutdown
 	cancel   context.CancelCauseFunc
@@ -106,6 +128,13 @@ type Manager struct {
 	poolFilling int     // warm starts in flight; guarded by mu
 	poolKick    chan struct{}
 	poolLoop    sync.WaitGroup
+
+	// watchers are the agent watchers of live and warm sandboxes (watch.go),
+	// and beating says the heartbeat loop runs; both guarded by mu. watching
+	// counts their goroutines; Close waits for them.
+	watchers map[sandbox.ID]*watcher
+	beating  bool
+	watching sync.WaitGroup
 }
 
 // liveSandbox is a running sandbox this process can reach.
@@ -116,6 +145,9 @@ type liveSandbox struct {
 	// time left, so with time.Now it carries a monotonic reading and a jump of
 	// the wall clock does not make it expire.
 	deadline time.Time
+	// lost says why the agent was lost (watch.go); empty while it serves.
+	// Guarded by Manager.mu.
+	lost string
 }
 
 // probe is a cached driver Report.
@@ -161,6 +193,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		now:          now,
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
+		beat:         cmp.Or(opts.Heartbeat, DefaultHeartbeat),
 		lifetime:     lifetime,
 		cancel:       cancel,
 		closing:      make(chan struct{}),
@@ -170,13 +203,23 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		deleting:     map[sandbox.ID]bool{},
 		poolSize:     opts.PoolSize,
 		poolKick:     make(chan struct{}, 1),
+		limits:       newLimiter(opts.Limits),
+		flights:      map[flightKey]*flight{},
+		watchers:     map[sandbox.ID]*watcher{},
 	}
+	m.auditLog = auditLog{
+		ch:   make(chan auditItem, auditQueue),
+		log:  log.With(logkey.Component, "audit"),
+		stop: make(chan struct{}),
+	}
+	m.auditRetention, m.auditMaxRecords = opts.AuditRetention, opts.AuditMaxRecords
 	m.probeAll(ctx)
+	m.startAudit()
 	return m, nil
 }
 
 // Close stops admitting work, waits for in-flight creates within ctx, and stops the
-// reaper. Sandboxes keep running.
+// reaper and the agent watchers. Sandboxes keep running.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -198,10 +241,13 @@ func (m *Manager) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("waiting for creates in flight: %w", context.Cause(ctx))
 	}
-	m.cancel(errShutdown)
+	m.cancel(errShutdown) // ends the watchers too: a shutdown is not an agent loss
 	m.reaper.Wait()
 	m.poolLoop.Wait()
+	m.watching.Wait()
 	m.drainPool(context.WithoutCancel(ctx))
+	close(m.auditLog.stop) // after the reaper and the pool: their records are written
+	m.auditLoop.Wait()
 
 	m.mu.Lock()
 	for id, l := range m.live {

@@ -471,3 +471,21 @@ func TestAuthenticate(t *testing.T) {
 		}
 	}
 }
+
+// A call whose agent connection breaks because its sandbox is deleted meanwhile
+// fails as not found; while the sandbox lives, a broken connection is a loss.
+func TestCallCutByDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	sb := e.create(t, sandbox.CreateRequest{})
+	broken := &sandbox.Error{Op: "grep", ID: sb.ID, Err: fmt.Errorf("%w: the connection to the agent broke", sandbox.ErrAgentLost)}
+	if err := e.m.callErr("grep", sb.ID, broken); !errors.Is(err, sandbox.ErrAgentLost) {
+		t.Fatalf("live sandbox: callErr = %v, want agent lost", err)
+	}
+	if err := e.m.Delete(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	err := e.m.callErr("grep", sb.ID, broken)
+	if !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), string(sb.ID)) || !strings.Contains(err.Error(), "deleted or expired") {
+		t.Fatalf("deleted sandbox: callErr = %v, want not found naming %s", err, sb.ID)
+	}
+}

@@ -48,8 +48,9 @@ func poolFits(w *warm, spec sandbox.Spec) bool {
 	return ok
 }
 
-// takeWarm hands out a warm sandbox for spec, or returns false.
-func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spec) (sandbox.Sandbox, bool) {
+// takeWarm hands out a warm sandbox for spec to ctx's key, whose place res
+// holds (the hand-out passes the same limits as a cold create), or returns false.
+func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spec, res *reservation) (sandbox.Sandbox, bool) {
 	m.mu.Lock()
 	var w *warm
 	for i, c := range m.pool {
@@ -65,6 +66,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 	}
 	m.poolWake()
 	spec.ID = w.id
+	m.limits.bind(res, w.id)
 	log := m.log.With(logkey.SandboxID, w.id, logkey.Backend, nd.Name)
 	if spec.MemoryBytes != w.spec.MemoryBytes || spec.Pids != w.spec.Pids || spec.MilliCPUs != w.spec.MilliCPUs {
 		if err := nd.Driver.(backend.Resizer).Resize(ctx, w.id, spec); err != nil {
@@ -75,7 +77,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 	}
 	now := m.now()
 	deadline := now.Add(spec.TTL)
-	sb, err := m.store.UpdateSandbox(ctx, w.id, func(r *sandbox.Sandbox) error {
+	sb, err := m.commitCreate(ctx, w.id, func(r *sandbox.Sandbox) error {
 		if r.State != sandbox.StateWarm {
 			return wrongState(r.State)
 		}
@@ -83,6 +85,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 		r.Spec = spec
 		r.CreatedAt = now
 		r.ExpiresAt = deadline
+		r.OwnerKey = keyID(ctx)
 		return nil
 	})
 	if err != nil {
@@ -97,6 +100,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 
 // discardWarm destroys a warm sandbox and drops its record.
 func (m *Manager) discardWarm(ctx context.Context, w *warm) {
+	m.unwatch(w.id)
 	w.client.Close()
 	m.rollback(ctx, w.driver, w.id, errors.New("discarding a warm sandbox"))
 }
@@ -199,6 +203,7 @@ func (m *Manager) refillOne() bool {
 	}
 	m.pool = append(m.pool, w)
 	m.mu.Unlock()
+	m.watch(w.id, w.driver.Name, w.client)
 	return true
 }
 

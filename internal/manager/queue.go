@@ -12,7 +12,8 @@ import (
 	"sbx/internal/sandbox"
 )
 
-// RetryError is an ErrUnavailable that says when a retry may succeed.
+// RetryError is a refusal (ErrUnavailable, ErrLimit, ErrWrongState) that says
+// when a retry may succeed.
 type RetryError struct {
 	Err   error
 	After time.Duration

@@ -40,6 +40,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	if err := m.recountLimits(ctx); err != nil {
+		return err
+	}
 
 	// Owned-but-unknown: resources a driver holds under this instance that no
 	// record names (a crash between Start and the intent record cannot happen,
@@ -135,6 +138,24 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 	}
 }
 
+// recountLimits counts, for the limits, every record that remains after
+// recovery under its owner key: a sandbox holds its owner's place until its
+// record is deleted. Warm sandboxes belong to nobody.
+func (m *Manager) recountLimits(ctx context.Context) error {
+	rows, err := m.store.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("recovering: counting sandboxes per key: %w", err)
+	}
+	owners := make(map[sandbox.ID]string, len(rows))
+	for _, sb := range rows {
+		if sb.State != sandbox.StateWarm {
+			owners[sb.ID] = sb.OwnerKey
+		}
+	}
+	m.limits.rebuild(owners)
+	return nil
+}
+
 // forget destroys sb and deletes its record; when Destroy fails the record stays,
 // in state error, for the next start.
 func (m *Manager) forget(ctx context.Context, d backend.Driver, sb sandbox.Sandbox, why string) {
@@ -153,6 +174,10 @@ func (m *Manager) forget(ctx context.Context, d backend.Driver, sb sandbox.Sandb
 	if err := m.store.DeleteSandbox(cctx, sb.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		log.ErrorContext(cctx, "deleting a recovered record", logkey.Err, err)
 		return
+	}
+	m.limits.release(sb.ID)
+	if sb.State != sandbox.StateWarm {
+		m.auditAs(sb.OwnerKey, sb.ID, "recover_destroy", "", why, nil)
 	}
 	log.InfoContext(cctx, "sandbox destroyed at recovery", "reason", why)
 }

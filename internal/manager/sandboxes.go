@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"sbx/internal/logkey"
@@ -62,8 +63,18 @@ type Update struct {
 }
 
 // Update applies u to running sandbox id and returns the new record.
-func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (sandbox.Sandbox, error) {
+func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (_ sandbox.Sandbox, retErr error) {
 	const op = "update"
+	defer func() {
+		var what []string
+		if u.Timeout != nil {
+			what = append(what, fmt.Sprintf("timeout=%ds", int64(*u.Timeout/time.Second)))
+		}
+		if u.Labels != nil {
+			what = append(what, "labels")
+		}
+		m.audit(ctx, id, op, "", strings.Join(what, " "), retErr)
+	}()
 	if err := checkID(op, id); err != nil {
 		return sandbox.Sandbox{}, err
 	}
@@ -125,8 +136,18 @@ func (m *Manager) Delete(ctx context.Context, id sandbox.ID) error {
 
 // destroy tears sandbox id down: intent (state deleting), Destroy, then the
 // record. When Destroy fails the record stays, in state error, and the next
-// daemon start retries it. why, when set, is logged as the reason.
-func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why string) error {
+// daemon start retries it. why, when set, is logged as the reason. The call is
+// audited under ctx's key, else (an expiry) under the sandbox's owner; once the
+// record is gone the owner's place under its limits is free.
+func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why string) (retErr error) {
+	var owner string
+	defer func() {
+		key := keyID(ctx)
+		if key == "" {
+			key = owner
+		}
+		m.auditAs(key, id, op, "", why, retErr)
+	}()
 	if err := checkID(op, id); err != nil {
 		return err
 	}
@@ -143,6 +164,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	m.deleting[id] = true
 	l := m.live[id]
 	delete(m.live, id)
+	m.unwatchLocked(id) // from here on the agent's end is this delete's, not a loss
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -166,6 +188,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	if err != nil {
 		return &sandbox.Error{Op: op, ID: id, Err: err}
 	}
+	owner = sb.OwnerKey
 	log := m.log.With(logkey.SandboxID, id, logkey.Backend, sb.Backend)
 	d := m.driver(sb.Backend)
 	if d == nil {
@@ -181,7 +204,11 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 		})
 		return &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("destroying sandbox: %w", err)}
 	}
-	if err := m.store.DeleteSandbox(cctx, id); err != nil {
+	err = m.store.DeleteSandbox(cctx, id)
+	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
+		m.limits.release(id) // the record is gone, and with it the owner's place
+	}
+	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return notFound(op, id)
 		}

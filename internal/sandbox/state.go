@@ -30,6 +30,10 @@ type Sandbox struct {
 	Error string
 	// Saved is the driver's private record for Recover.
 	Saved []byte
+	// OwnerKey is the id of the API key that created the sandbox: its limits
+	// count it. Empty for warm sandboxes not yet handed out, and for sandboxes
+	// created before owners were recorded.
+	OwnerKey string
 }
 
 // Exit is how a sandbox's agent (its init) ended.

@@ -21,6 +21,10 @@ import (
 // KeyPrefix starts every API key secret.
 const KeyPrefix = "sbx_"
 
+// AdminKeyName names the daemon's admin key, whose secret is in the data dir's
+// admin.key: it may read every key's audit records.
+const AdminKeyName = "admin"
+
 // Key is an API key's record; it never holds the secret.
 type Key struct {
 	ID        string

@@ -14,7 +14,7 @@ import (
 	"sbx/internal/sandbox"
 )
 
-const sandboxColumns = `id, state, backend, spec, isolation, saved, labels, created_at, expires_at, error`
+const sandboxColumns = `id, state, backend, spec, isolation, saved, labels, created_at, expires_at, error, owner_key`
 
 // PutSandbox inserts a new record. It fails with sandbox.ErrExists when the id is
 // taken. Spec.Env is not persisted: environment values may carry secrets.
@@ -24,9 +24,9 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.State, sb.Backend, r.spec, r.isolation, sb.Saved, r.labels,
-		unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), sb.Error, time.Now().UnixMilli())
+		unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), sb.Error, sb.OwnerKey, time.Now().UnixMilli())
 	if isConstraint(err) {
 		return fmt.Errorf("sandbox %s %w", sb.ID, sandbox.ErrExists)
 	}
@@ -37,10 +37,23 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 }
 
 // UpdateSandbox reads the record of id, lets fn change it, and writes back its
-// state, saved, isolation, expires_at, labels and error, atomically. fn must not
-// call the store. It fails with sandbox.ErrNotFound when there is no such record,
-// and returns fn's error unchanged (writing nothing) when fn fails.
+// state, saved, isolation, created_at, expires_at, labels, owner_key and error,
+// atomically. fn must not call the store. It fails with sandbox.ErrNotFound when
+// there is no such record, and returns fn's error unchanged (writing nothing)
+// when fn fails.
 func (s *Store) UpdateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandbox.Sandbox) error) (sandbox.Sandbox, error) {
+	return s.updateSandbox(ctx, id, fn, nil)
+}
+
+// CommitSandbox is UpdateSandbox that also records idem, naming id, in the same
+// transaction: a create and the idempotency key that asked for it are stored
+// together or not at all. A record of the same caller and key is replaced.
+func (s *Store) CommitSandbox(ctx context.Context, id sandbox.ID, fn func(*sandbox.Sandbox) error, idem Idempotency) (sandbox.Sandbox, error) {
+	idem.SandboxID = id
+	return s.updateSandbox(ctx, id, fn, &idem)
+}
+
+func (s *Store) updateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandbox.Sandbox) error, idem *Idempotency) (sandbox.Sandbox, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
@@ -61,11 +74,16 @@ func (s *Store) UpdateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandb
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, expires_at = ?,
-		labels = ?, spec = ?, error = ?, updated_at = ? WHERE id = ?`,
-		sb.State, sb.Saved, r.isolation, unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, time.Now().UnixMilli(), id)
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
+		labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ?`,
+		sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, sb.OwnerKey, time.Now().UnixMilli(), id)
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	if idem != nil {
+		if err := putIdempotency(ctx, tx, *idem); err != nil {
+			return sandbox.Sandbox{}, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
@@ -165,7 +183,7 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		saved             []byte
 		state             string
 	)
-	if err := row.Scan(&sb.ID, &state, &sb.Backend, &spec, &iso, &saved, &labels, &created, &expires, &sb.Error); err != nil {
+	if err := row.Scan(&sb.ID, &state, &sb.Backend, &spec, &iso, &saved, &labels, &created, &expires, &sb.Error, &sb.OwnerKey); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	sb.State = sandbox.State(state)

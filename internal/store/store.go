@@ -1,6 +1,7 @@
-// Package store keeps sandbox records and API keys in an embedded SQLite file
-// (modernc.org/sqlite, pure Go), with versioned migrations. It keeps records
-// only: it knows nothing of drivers, the manager or the servers.
+// Package store keeps sandbox records, API keys, the audit log and idempotency
+// records in an embedded SQLite file (modernc.org/sqlite, pure Go), with
+// versioned migrations. It keeps records only: it knows nothing of drivers, the
+// manager or the servers.
 package store
 
 import (
@@ -76,6 +77,33 @@ var migrations = []string{
 		created_at INTEGER NOT NULL,
 		revoked_at INTEGER
 	);`,
+	// 2: the API key that created each sandbox (SECURITY.md AP-11); rows from
+	// before it have none.
+	`ALTER TABLE sandboxes ADD COLUMN owner_key TEXT NOT NULL DEFAULT '';`,
+	// 3: the audit log (AP-14): who did what to which sandbox, never contents.
+	`CREATE TABLE audit_log (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		at         INTEGER NOT NULL,
+		key_id     TEXT NOT NULL,
+		sandbox_id TEXT NOT NULL,
+		action     TEXT NOT NULL,
+		target     TEXT NOT NULL,
+		outcome    TEXT NOT NULL,
+		detail     TEXT NOT NULL
+	);
+	CREATE INDEX audit_log_at ON audit_log(at);
+	CREATE INDEX audit_log_sandbox ON audit_log(sandbox_id, id);
+	CREATE INDEX audit_log_key ON audit_log(key_id, id);`,
+	// 4: idempotent creates (RL-08): a caller's key names one sandbox.
+	`CREATE TABLE idempotency (
+		key_id     TEXT NOT NULL,
+		idem_key   TEXT NOT NULL,
+		body_hash  TEXT NOT NULL,
+		sandbox_id TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (key_id, idem_key)
+	);
+	CREATE INDEX idempotency_created ON idempotency(created_at);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var sbxBin string
@@ -28,6 +30,12 @@ func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Println("e2e: skipped: requires root (namespaces, cgroups, overlayfs)")
 		os.Exit(0)
+	}
+	// Fds this process inherited (the shared e2e lock of flock(1) among them)
+	// must not pass to the daemons it starts: a daemon left running by a
+	// killed test would hold the lock for good.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fmt.Println("e2e: marking inherited fds close-on-exec:", err)
 	}
 	dir, err := os.MkdirTemp("", "sbx-e2e-bin-")
 	if err != nil {
@@ -42,8 +50,41 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopShared()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// stopShared ends the shared daemon when a run that selected only some tests
+// (-run) did not reach TestZZLeakAudit: its sandboxes are deleted and it is
+// stopped, so no daemon outlives the test binary.
+func stopShared() {
+	if shared == nil {
+		return
+	}
+	select {
+	case <-shared.done:
+		return // TestZZLeakAudit stopped it
+	default:
+	}
+	var list struct {
+		Sandboxes []struct{ ID string } `json:"sandboxes"`
+	}
+	if st, body := shared.apiQuiet("GET", "/v1/sandboxes", nil); st == 200 {
+		json.Unmarshal(body, &list)
+	}
+	for _, s := range list.Sandboxes {
+		shared.apiQuiet("DELETE", "/v1/sandboxes/"+s.ID, nil)
+	}
+	shared.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-shared.done:
+	case <-time.After(30 * time.Second):
+		shared.cmd.Process.Kill()
+		<-shared.done
+	}
+	removeInstanceGroups(shared.instance)
+	os.RemoveAll(shared.dataDir)
 }
 
 // daemon is one running `sbx serve`.
@@ -82,11 +123,17 @@ var listenLine = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
 // waits until it prints its URL.
 func startDaemon(t *testing.T, dataDir string, env ...string) *daemon {
 	t.Helper()
+	return startDaemonBin(t, sbxBin, dataDir, env...)
+}
+
+// startDaemonBin is startDaemon with the sbx binary bin (a build with other tags).
+func startDaemonBin(t *testing.T, bin, dataDir string, env ...string) *daemon {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	d := &daemon{t: t, dataDir: dataDir, log: &lockedBuffer{}, done: make(chan struct{}), env: env}
-	d.cmd = exec.Command(sbxBin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dataDir, "sbx.sock"))
+	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dataDir, "sbx.sock"))
 	d.cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	d.cmd.Stdout = io.MultiWriter(pw, d.log)
@@ -165,8 +212,26 @@ func (d *daemon) cleanup() {
 		}
 	}
 	d.stop()
+	if d.t.Failed() {
+		d.dumpLog()
+	}
 	auditLeaks(d.t, d.dataDir, d.instance)
 	removeInstanceGroups(d.instance)
+}
+
+// dumpLog prints the tail of the daemon's log, for a failed test, and keeps
+// the whole of it in $TMPDIR/sbx-e2e-logs.
+func (d *daemon) dumpLog() {
+	dir := filepath.Join(os.TempDir(), "sbx-e2e-logs")
+	file := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(d.t.Name())+".log")
+	if os.MkdirAll(dir, 0o700) == nil && os.WriteFile(file, []byte(d.log.String()), 0o600) == nil {
+		d.t.Logf("the daemon's whole log: %s", file)
+	}
+	lines := strings.Split(strings.TrimRight(d.log.String(), "\n"), "\n")
+	if len(lines) > 150 {
+		lines = lines[len(lines)-150:]
+	}
+	d.t.Logf("the daemon's log (last %d lines):\n%s", len(lines), strings.Join(lines, "\n"))
 }
 
 // cli runs the sbx CLI against this daemon.

@@ -16,17 +16,27 @@ var idShape = regexp.MustCompile(`^[a-z2-7]{26}$`)
 // for a few seconds, because some teardown (network namespaces) is asynchronous.
 func auditLeaks(t *testing.T, dataDir, instance string) {
 	t.Helper()
-	var found []string
-	deadline := time.Now().Add(5 * time.Second)
+	for _, f := range leaksBeyond(dataDir, instance, nil, 5*time.Second) {
+		t.Errorf("leak: %s", f)
+	}
+}
+
+// leaksBeyond polls for up to settle until the host holds nothing of this
+// instance beyond baseline (what leaks found when a suite began), and returns
+// what is left over.
+func leaksBeyond(dataDir, instance string, baseline map[string]bool, settle time.Duration) []string {
+	deadline := time.Now().Add(settle)
 	for {
-		found = leaks(dataDir, instance)
+		var found []string
+		for _, l := range leaks(dataDir, instance) {
+			if !baseline[l] {
+				found = append(found, l)
+			}
+		}
 		if len(found) == 0 || time.Now().After(deadline) {
-			break
+			return found
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	for _, f := range found {
-		t.Errorf("leak: %s", f)
 	}
 }
 

@@ -8,20 +8,27 @@ package boot
 const (
 	// InitArg selects the jail's init stage (isolation/nsinit): it finishes
 	// containment inside the new namespaces, then the same process goes on as the
-	// agent, with AgentConfig as JSON as its one further argument.
+	// agent, whose AgentConfig came in the init stage's plan.
 	InitArg = "__sbx_init"
-	// AgentArg selects the in-sandbox agent. Its one further argument is
-	// AgentConfig as JSON.
+	// AgentArg selects the in-sandbox agent; a further argument (the sandbox
+	// id) only names the process. It reads AgentConfig as JSON from ConfigFD.
 	AgentArg = "__sbx_agent"
 )
+
+// ConfigFD is the inherited descriptor, a pipe, the agent started with AgentArg
+// reads its AgentConfig from, to EOF. The configuration is never an argument:
+// argv is world-readable on the host (/proc/<pid>/cmdline), and Env may hold
+// the caller's secrets.
+const ConfigFD = 3
 
 // RuntimeEnv is the Go runtime's configuration for the agent, given in its
 // environment so the runtime starts with it: an idle agent should cost little
 // memory (one P, a small heap), and changing these after start stops the world.
 var RuntimeEnv = []string{"GOMAXPROCS=1", "GOGC=50", "GOMEMLIMIT=16MiB"}
 
-// AgentConfig is what the agent needs to serve. It is visible to code in the
-// sandbox (/proc/1/cmdline), so it never holds a secret.
+// AgentConfig is what the agent needs to serve. Code in the sandbox may read
+// it from the agent's memory; only Env, which that code receives anyway, may
+// hold the caller's secrets.
 type AgentConfig struct {
 	// SandboxID names the sandbox, for logs and the hostname.
 	SandboxID string `json:"sandbox_id"`
@@ -47,6 +54,12 @@ type AgentConfig struct {
 	OutputLimitBytes int64 `json:"output_limit_bytes"`
 	// SpillLimitBytes caps the full output saved per stream.
 	SpillLimitBytes int64 `json:"spill_limit_bytes"`
+	// ArchiveMaxBytes caps an archive extraction's uncompressed bytes;
+	// 0 means the agent's default (8 GiB).
+	ArchiveMaxBytes int64 `json:"archive_max_bytes,omitempty"`
+	// ArchiveMaxEntries caps an archive extraction's entries; 0 means the
+	// agent's default (100 000).
+	ArchiveMaxEntries int64 `json:"archive_max_entries,omitempty"`
 	// CgroupFD, when > 0, is an inherited O_DIRECTORY fd of a cgroup v2 directory
 	// (the sandbox's own, in the unified hierarchy) under which the agent makes one
 	// group per process, so a kill reaches the whole tree through cgroup.kill.

@@ -18,6 +18,7 @@ const (
 	Exists
 	Denied
 	NoSpace
+	TooLarge // a cap was hit (archive bytes, entries, depth, name length)
 )
 
 // Error is a failed file operation, with a message written for the caller: it

@@ -87,14 +87,14 @@ func rel(w string) string {
 
 func (f *FS) lstat(w string) (fs.FileInfo, error) {
 	if f.root == nil {
-		return os.Lstat(w)
+		return lstatNoMagic(w)
 	}
 	return f.root.Lstat(rel(w))
 }
 
 func (f *FS) stat(w string) (fs.FileInfo, error) {
 	if f.root == nil {
-		return os.Stat(w)
+		return statNoMagic(w)
 	}
 	return f.root.Stat(rel(w))
 }
@@ -106,7 +106,7 @@ func (f *FS) OpenFile(w string, flag int, perm fs.FileMode) (*os.File, error) {
 		err error
 	)
 	if f.root == nil {
-		fl, err = os.OpenFile(w, flag|syscall.O_CLOEXEC, perm)
+		fl, err = openNoMagic(w, flag, perm)
 	} else {
 		fl, err = f.root.OpenFile(rel(w), flag, perm)
 	}
@@ -115,34 +115,38 @@ func (f *FS) OpenFile(w string, flag int, perm fs.FileMode) (*os.File, error) {
 
 func (f *FS) mkdirAll(w string, perm fs.FileMode) error {
 	if f.root == nil {
-		return os.MkdirAll(w, perm)
+		return mkdirAllNoMagic(w, perm)
 	}
 	return f.root.MkdirAll(rel(w), perm)
 }
 
 func (f *FS) readlink(w string) (string, error) {
 	if f.root == nil {
-		return os.Readlink(w)
+		return readlinkNoMagic(w)
 	}
 	return f.root.Readlink(rel(w))
 }
 
-// HostPath returns a path the agent can chdir to for wire directory w, and a
-// function to call once it is no longer needed. With a root directory it is the
-// directory opened through the root, as /proc/self/fd/N.
+// HostDir returns a path the agent can chdir to for wire directory w, and a
+// function to call once it is no longer needed: the directory opened through
+// the root (or without magic links, when the root is "/"), as /proc/self/fd/N.
+// A process started there cannot have been handed a directory outside the
+// tree, as a cwd of /proc/self/fd/N naming one of the agent's own fds would
+// (CVE-2024-21626).
 func (f *FS) HostDir(w string) (string, func(), error) {
+	var (
+		d   *os.File
+		err error
+	)
 	if f.root == nil {
-		st, err := os.Stat(w)
-		if err != nil {
-			return "", nil, pathErr(w, err)
-		}
-		if !st.IsDir() {
+		d, err = openNoMagic(w, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	} else {
+		d, err = f.root.OpenFile(rel(w), os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
 			return "", nil, errorf(Invalid, "path '%s' is not a directory", w)
 		}
-		return w, func() {}, nil
-	}
-	d, err := f.root.OpenFile(rel(w), os.O_RDONLY|syscall.O_DIRECTORY, 0)
-	if err != nil {
 		return "", nil, pathErr(w, err)
 	}
 	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())), func() { d.Close() }, nil
@@ -341,7 +345,7 @@ func (f *FS) Move(src, dst string) (Info, error) {
 		return Info{}, pathErr(path.Dir(wd), err)
 	}
 	if f.root == nil {
-		err = os.Rename(ws, wd)
+		err = renameNoMagic(ws, wd)
 	} else {
 		err = f.root.Rename(rel(ws), rel(wd))
 	}
@@ -361,7 +365,7 @@ func (f *FS) Remove(p string) error {
 		return errorf(Invalid, "cannot remove the root directory")
 	}
 	if f.root == nil {
-		err = os.RemoveAll(w)
+		err = removeAllNoMagic(w)
 	} else {
 		err = f.root.RemoveAll(rel(w))
 	}
@@ -529,7 +533,7 @@ func (u *Upload) Commit() (Info, error) {
 	}
 	var err error
 	if u.fs.root == nil {
-		err = os.Rename(u.tmp, u.dst)
+		err = renameNoMagic(u.tmp, u.dst)
 	} else {
 		err = u.fs.root.Rename(rel(u.tmp), rel(u.dst))
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Search bounds.
@@ -20,7 +21,11 @@ const (
 	DefaultSearchLimit = 1000
 	maxVisited         = 200000   // directory entries looked at per call
 	grepMaxFile        = 16 << 20 // larger files are skipped
-	grepMaxText        = 1000     // bytes of a matching line returned
+	// grepMaxTime bounds one grep, whose caller (the daemon, and the client
+	// behind it) waits for the whole answer: a search of the whole root can
+	// read gigabytes.
+	grepMaxTime = 20 * time.Second
+	grepMaxText = 1000 // bytes of a matching line returned
 )
 
 func sortEntries(ents []fs.DirEntry) {
@@ -180,7 +185,7 @@ func (f *FS) Grep(req GrepRequest) ([]Match, bool, error) {
 	if err != nil {
 		return nil, false, pathErr(w, err)
 	}
-	gr := grepper{f: f, re: re, req: req}
+	gr := grepper{f: f, re: re, req: req, deadline: time.Now().Add(grepMaxTime)}
 	if st.IsDir() {
 		gr.dir(w)
 	} else {
@@ -197,6 +202,7 @@ type grepper struct {
 	out       []Match
 	truncated bool
 	buf       []byte
+	deadline  time.Time // past it the search stops, truncated
 }
 
 func (g *grepper) dir(w string) {
@@ -209,7 +215,7 @@ func (g *grepper) dir(w string) {
 			return
 		}
 		g.visited++
-		if g.visited > maxVisited {
+		if g.visited > maxVisited || time.Now().After(g.deadline) {
 			g.truncated = true
 			return
 		}

@@ -21,6 +21,9 @@ import (
 	"sbx/internal/osthread"
 )
 
+// workloadOOMScoreAdj is the oom_score_adj of every process the agent starts.
+const workloadOOMScoreAdj = "500"
+
 // Start starts s. A command that cannot be found or executed does not fail:
 // it gets a result at once, exit code 127 (not found) or 126 (not executable)
 // with the reason on stderr, as a shell would report it.
@@ -143,6 +146,14 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 			return t.failed(p, &notRunnable{name: s.Argv[0], code: code, err: err}), nil
 		}
 		return nil, fmt.Errorf("starting %s: %w", s.Argv[0], err)
+	}
+	// The workload is the OOM killer's first choice, before the agent: the
+	// agent cannot lower its own score (that needs CAP_SYS_RESOURCE), but may
+	// raise its child's, which the child's descendants inherit. The child runs
+	// for a few microseconds before this write; nothing it allocates in that
+	// time makes the difference.
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(workloadOOMScoreAdj), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.cfg.Log.Debug("raising a process's OOM score", "pid", pid, "err", err)
 	}
 	t.mu.Lock()
 	t.procs[p.ID] = p

@@ -61,6 +61,8 @@ func fileCode(k files.Kind) connect.Code {
 		return connect.CodePermissionDenied
 	case files.NoSpace:
 		return connect.CodeResourceExhausted
+	case files.TooLarge:
+		return connect.CodeOutOfRange
 	}
 	return connect.CodeInternal
 }

@@ -36,6 +36,8 @@ func (s *Server) httpError(w http.ResponseWriter, err error) {
 			status = http.StatusForbidden
 		case files.NoSpace:
 			status = http.StatusInsufficientStorage
+		case files.TooLarge:
+			status = http.StatusRequestEntityTooLarge
 		}
 	}
 	if status == http.StatusInternalServerError {
@@ -66,7 +68,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(wire)}))
 	w.Header().Set("X-Sbx-Path", validUTF8(wire))
-	http.ServeContent(w, r, path.Base(wire), st.ModTime(), f)
+	// The size is the one stat gave: a file that grows meanwhile is served as
+	// it was, and one that cannot seek to its end (/proc/self/mem) as empty.
+	http.ServeContent(w, r, path.Base(wire), st.ModTime(), io.NewSectionReader(f, 0, st.Size()))
 }
 
 // uploaded is one entry of POST /files' answer.

@@ -33,6 +33,8 @@ type Config struct {
 	// Env is the base environment of every process.
 	Env []string
 	Log *slog.Logger
+	// Archive caps extractions; zero fields mean files' defaults.
+	Archive files.ArchiveLimits
 }
 
 // Server implements the three services and the HTTP routes.
@@ -50,6 +52,7 @@ func New(cfg Config, table *process.Table, fs *files.FS) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Archive = cfg.Archive.WithDefaults()
 	return &Server{cfg: cfg, fs: fs, table: table, log: cfg.Log, started: time.Now(), watches: watchers{m: map[string]*watcher{}}}
 }
 
@@ -65,6 +68,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
+	mux.HandleFunc("GET /files/archive", s.downloadArchive)
+	mux.HandleFunc("POST /files/archive", s.extractArchive)
 	return mux
 }
 

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Driver, opts ...Option) {
 		{"CancelMidStart", cancelMidStart},
 		{"StopKillsGrandchild", stopKillsGrandchild},
 		{"RecoverAfterRestart", recoverAfterRestart},
+		{"WaitAfterRecover", waitAfterRecover},
 		{"AppliedIsolation", appliedIsolation},
 	}
 	for _, tc := range cases {
@@ -239,6 +240,37 @@ func recoverAfterRestart(t *testing.T, d backend.Driver, _ *config, open func(*t
 	}
 	if _, err := d2.Recover(t.Context(), inst.ID, inst.Saved); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Recover after Destroy = %v, want ErrNotFound", err)
+	}
+}
+
+// waitAfterRecover: a restarted daemon's driver, which did not start the agent,
+// still learns of its end through Wait (the manager's agent watcher needs it).
+func waitAfterRecover(t *testing.T, d backend.Driver, _ *config, open func(*testing.T) backend.Driver) {
+	inst := start(t, d)
+	d2 := open(t)
+	if _, err := d2.Recover(t.Context(), inst.ID, inst.Saved); err != nil {
+		t.Fatalf("Recover = %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := d2.Wait(t.Context(), inst.ID)
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned before the agent ended: %v", err)
+	case <-time.After(100 * time.Millisecond): // a control, not a timing assertion: it may only err late
+	}
+	if err := d.Stop(t.Context(), inst.ID, 0); err != nil { // the first driver, as an outside kill
+		t.Fatalf("Stop = %v", err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("Wait after the agent was killed = %v, want its exit", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Wait of the recovering driver did not return after the agent was killed")
 	}
 }
 

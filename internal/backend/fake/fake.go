@@ -1,6 +1,7 @@
 // Package fake is an in-memory backend.Driver for manager and API tests. It fails
-// on demand, records its calls, and serves an agent that answers only Health, over
-// in-process pipes. It is a test double: it never proves a real feature.
+// on demand, records its calls, and serves an agent that answers Health and an
+// Exec that starts nothing and never ends, over in-process pipes. Its agents can
+// be killed or hung on demand. It is a test double: it never proves a real feature.
 package fake
 
 import (
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,6 +47,15 @@ type Driver struct {
 	srv          *http.Server
 	lis          *pipeListener
 	serveStarted bool
+	agents       map[sandbox.ID]*agentState // of started or recovered sandboxes
+}
+
+// agentState is the fake agent of one sandbox.
+type agentState struct {
+	ended chan struct{} // closed when the agent ends (Kill, Stop, Destroy)
+	exit  sandbox.Exit  // set before ended closes
+	hung  bool          // reads on its connections block until they close
+	conns []*agentConn  // client ends of its connections
 }
 
 // New returns a fake driver reporting itself as name, available, as a sandbox
@@ -61,6 +72,7 @@ func New(name string) *Driver {
 		applied: sandbox.Isolation{Backend: name, Level: "fake", Layers: layers, Sandbox: true, Cgroup: "none"},
 		running: map[sandbox.ID]bool{},
 		held:    map[sandbox.ID]bool{},
+		agents:  map[sandbox.ID]*agentState{},
 	}
 	d.lis = &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
 	path, h := sbxagentconnect.NewAgentHandler(agent{})
@@ -250,13 +262,61 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*backend.Instanc
 	return d.instance(spec.ID), nil
 }
 
+// instance returns the Instance of id, with a fresh agent unless one lives;
+// d.mu must be held.
 func (d *Driver) instance(id sandbox.ID) *backend.Instance {
 	iso := d.applied
 	iso.Layers = map[string]sandbox.LayerState{}
 	for k, v := range d.applied.Layers {
 		iso.Layers[k] = v
 	}
-	return &backend.Instance{ID: id, Dial: d.dial, Applied: iso, Saved: []byte("fake:" + string(id))}
+	if a := d.agents[id]; a == nil || isClosed(a.ended) {
+		d.agents[id] = &agentState{ended: make(chan struct{})}
+	}
+	dial := func(ctx context.Context) (net.Conn, error) { return d.dial(ctx, id) }
+	return &backend.Instance{ID: id, Dial: dial, Applied: iso, Saved: []byte("fake:" + string(id))}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill ends sandbox id's agent as a crash would: Wait returns exit, its
+// connections break, and dialing it is refused.
+func (d *Driver) Kill(id sandbox.ID, exit sandbox.Exit) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.endAgent(id, exit)
+}
+
+// Hang makes sandbox id's agent stop answering while it lives on: reads on its
+// connections, open and future, block until the connection closes.
+func (d *Driver) Hang(id sandbox.ID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a := d.agents[id]; a != nil {
+		a.hung = true
+	}
+}
+
+// endAgent ends id's agent with exit; d.mu must be held.
+func (d *Driver) endAgent(id sandbox.ID, exit sandbox.Exit) {
+	a := d.agents[id]
+	if a == nil || isClosed(a.ended) {
+		return
+	}
+	a.exit = exit
+	close(a.ended)
+	for _, c := range a.conns {
+		c.server.Close() // the client end reads EOF, as from a dead process
+		c.closeOnce.Do(func() { close(c.closed) })
+	}
+	a.conns = nil
 }
 
 // Stop implements backend.Driver.
@@ -268,16 +328,28 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 		return fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
 	}
 	delete(d.running, id)
+	d.endAgent(id, sandbox.Exit{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Reason: sandbox.ReasonSignaled})
 	return nil
 }
 
-// Wait implements backend.Driver.
+// Wait implements backend.Driver: it returns once the agent was killed, stopped
+// or destroyed.
 func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) {
 	d.mu.Lock()
 	d.record("Wait", id)
+	a := d.agents[id]
 	d.mu.Unlock()
-	<-ctx.Done()
-	return sandbox.Exit{}, context.Cause(ctx)
+	if a == nil {
+		return sandbox.Exit{}, fmt.Errorf("waiting for sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	select {
+	case <-a.ended:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return a.exit, nil
+	case <-ctx.Done():
+		return sandbox.Exit{}, context.Cause(ctx)
+	}
 }
 
 // Destroy implements backend.Driver.
@@ -294,6 +366,7 @@ func (d *Driver) Destroy(ctx context.Context, id sandbox.ID) error {
 	}
 	delete(d.running, id)
 	delete(d.held, id)
+	d.endAgent(id, sandbox.Exit{Code: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Reason: sandbox.ReasonSignaled})
 	return nil
 }
 
@@ -308,6 +381,9 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, saved []byte) (*bac
 	if string(saved) != "fake:"+string(id) {
 		return nil, fmt.Errorf("recovering %s: saved state %w", id, sandbox.ErrNotFound)
 	}
+	if a := d.agents[id]; a != nil && isClosed(a.ended) {
+		return nil, fmt.Errorf("recovering %s: its agent is gone: %w", id, sandbox.ErrNotFound)
+	}
 	d.held[id] = true
 	d.running[id] = true
 	return d.instance(id), nil
@@ -318,17 +394,24 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 	return d.Held(), nil
 }
 
-func (d *Driver) dial(ctx context.Context) (net.Conn, error) {
+func (d *Driver) dial(ctx context.Context, id sandbox.ID) (net.Conn, error) {
 	d.mu.Lock()
 	if !d.serveStarted {
 		d.serveStarted = true
 		go d.srv.Serve(d.lis)
 	}
-	d.mu.Unlock()
+	a := d.agents[id]
+	if a == nil || isClosed(a.ended) {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("dialing fake agent of %s: %w", id, syscall.ECONNREFUSED)
+	}
 	client, server := net.Pipe()
+	c := &agentConn{Conn: client, server: server, closed: make(chan struct{}), d: d, a: a}
+	a.conns = append(a.conns, c)
+	d.mu.Unlock()
 	select {
 	case d.lis.conns <- server:
-		return client, nil
+		return c, nil
 	case <-d.lis.done:
 		client.Close()
 		server.Close()
@@ -340,13 +423,50 @@ func (d *Driver) dial(ctx context.Context) (net.Conn, error) {
 	}
 }
 
-// agent answers Health and nothing else.
+// agentConn is the client end of a connection to a fake agent.
+type agentConn struct {
+	net.Conn
+	server    net.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+	d         *Driver
+	a         *agentState
+}
+
+// Read blocks until the connection closes while the agent is hung.
+func (c *agentConn) Read(p []byte) (int, error) {
+	c.d.mu.Lock()
+	hung := c.a.hung
+	c.d.mu.Unlock()
+	if hung {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *agentConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// agent answers Health, and Exec with a started event and then nothing until
+// the call ends.
 type agent struct {
 	sbxagentconnect.UnimplementedAgentHandler
 }
 
 func (agent) Health(context.Context, *connect.Request[sbxagent.HealthRequest]) (*connect.Response[sbxagent.HealthResponse], error) {
 	return connect.NewResponse(&sbxagent.HealthResponse{Version: "fake"}), nil
+}
+
+func (agent) Exec(ctx context.Context, _ *connect.Request[sbxagent.ExecRequest], out *connect.ServerStream[sbxagent.ExecEvent]) error {
+	err := out.Send(&sbxagent.ExecEvent{Event: &sbxagent.ExecEvent_Started{Started: &sbxagent.Started{Id: "fake-1", Pid: 42}}})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // pipeListener hands the server ends of net.Pipe connections to http.Server.
@@ -384,6 +504,8 @@ var (
 
 // Resize implements backend.Resizer; it records the call.
 func (d *Driver) Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.record("Resize", id)
 	return nil
 }

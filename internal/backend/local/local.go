@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -42,22 +41,17 @@ type Driver struct {
 	opts backend.Options
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	boxes map[sandbox.ID]*box // guarded by mu
+	boxes backend.Registry[*box]
 }
 
 var _ backend.Driver = (*Driver)(nil)
 
 // box is one sandbox this driver holds.
 type box struct {
-	id    sandbox.ID
-	dir   string
-	sock  string
-	pid   int
-	start uint64
-	pidfd *os.File
-	done  chan struct{} // closed once the agent has exited
-	exit  sandbox.Exit
+	id   sandbox.ID
+	dir  string
+	sock string
+	proc *backend.Proc // the agent; it holds nothing for a sandbox known only by its id
 }
 
 // saved is Instance.Saved.
@@ -80,7 +74,7 @@ func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{opts: opts, log: log.With(logkey.Component, "backend", logkey.Backend, Name), boxes: map[sandbox.ID]*box{}}, nil
+	return &Driver{opts: opts, log: log.With(logkey.Component, "backend", logkey.Backend, Name)}, nil
 }
 
 func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
@@ -113,16 +107,10 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 		req := slices.Sorted(slices.Values(spec.RequireLayers))
 		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layers %s: the local backend applies no isolation", sandbox.ErrIsolation, strings.Join(req, ", "))}
 	}
-	b := &box{id: id, dir: d.dir(id)}
+	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}}
 	b.sock = filepath.Join(b.dir, "agent.sock")
-	d.mu.Lock()
-	_, dup := d.boxes[id]
-	if !dup {
-		d.boxes[id] = b
-	}
-	d.mu.Unlock()
-	if dup {
-		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrExists)}
+	if err := d.boxes.Claim(id, b); err != nil {
+		return nil, err
 	}
 	began := time.Now()
 	defer func() {
@@ -152,8 +140,8 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	defer cancel(nil)
 	go func() {
 		select {
-		case <-b.done:
-			cancel(fmt.Errorf("agent exited (%s) before serving; see %s", describe(b.exit), filepath.Join(b.dir, "agent.log")))
+		case <-b.proc.Done():
+			cancel(fmt.Errorf("agent exited (%s) before serving; see %s", backend.DescribeExit(b.proc.ExitStatus()), filepath.Join(b.dir, "agent.log")))
 		case <-ready.Done():
 		}
 	}()
@@ -163,7 +151,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 		}
 		return nil, err
 	}
-	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.pid, logkey.Duration, time.Since(began))
+	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, logkey.Duration, time.Since(began))
 	return d.instance(b)
 }
 
@@ -175,7 +163,7 @@ func dial(sock string) func(context.Context) (net.Conn, error) {
 }
 
 func (d *Driver) instance(b *box) (*backend.Instance, error) {
-	s, err := json.Marshal(saved{Pid: b.pid, Start: b.start, Socket: b.sock, Dir: b.dir})
+	s, err := json.Marshal(saved{Pid: b.proc.Pid, Start: b.proc.Start, Socket: b.sock, Dir: b.dir})
 	if err != nil {
 		return nil, err
 	}
@@ -213,31 +201,33 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
+	// The configuration goes over a pipe (boot.ConfigFD), never in argv, which
+	// every host user can read: its Env may hold the caller's secrets.
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
 	pidfd := -1
-	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(js)}, &os.ProcAttr{
+	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(b.id)}, &os.ProcAttr{
 		Dir:   ws,
 		Env:   append([]string{"PATH=" + env[0][len("PATH="):]}, boot.RuntimeEnv...),
-		Files: []*os.File{null, logf, logf},
+		Files: []*os.File{null, logf, logf, cfgR}, // boot.ConfigFD = 3
 		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	})
+	cfgR.Close()
 	if err != nil {
+		cfgW.Close()
 		return fmt.Errorf("starting the agent: %w", err)
 	}
-	b.pid = p.Pid
-	b.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
-	b.done = make(chan struct{})
-	go func() { // the daemon reaps its own child
-		ps, _ := p.Wait()
-		b.exit = exitOf(ps)
-		close(b.done)
-	}()
-	st, err := procStart(b.pid)
-	if err != nil {
-		return fmt.Errorf("reading the start time of pid %d: %w", b.pid, err)
+	go func(cfg []byte) { // the agent reads to EOF; a pipe holds less than a large env
+		cfgW.Write(cfg)
+		cfgW.Close()
+	}(js)
+	if err := b.proc.HoldChild(p, pidfd); err != nil {
+		return err
 	}
-	b.start = st
 	// For a daemon that restarts and destroys without Recover.
-	js, err = json.Marshal(saved{Pid: b.pid, Start: b.start, Socket: b.sock, Dir: b.dir})
+	js, err = json.Marshal(saved{Pid: b.proc.Pid, Start: b.proc.Start, Socket: b.sock, Dir: b.dir})
 	if err != nil {
 		return err
 	}
@@ -254,77 +244,22 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 	}
 }
 
-func exitOf(ps *os.ProcessState) sandbox.Exit {
-	if ps == nil {
-		return sandbox.Exit{Code: -1, Reason: sandbox.ReasonAgentLost}
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal()), Reason: sandbox.ReasonSignaled}
-	}
-	return sandbox.Exit{Code: ps.ExitCode(), Reason: sandbox.ReasonExited}
-}
-
-func describe(e sandbox.Exit) string {
-	if e.Signal != 0 {
-		return fmt.Sprintf("signal %d", e.Signal)
-	}
-	return fmt.Sprintf("code %d", e.Code)
-}
-
-// procStart reads field 22 of /proc/<pid>/stat: the start time, which tells a
-// process from a later one with the same pid.
-func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	const field = 22 - 3
-	if len(f) <= field {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strconv.ParseUint(f[field], 10, 64)
-}
-
-func (b *box) exited() bool {
-	if b.done == nil {
-		return true
-	}
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // lookup returns the held box of id, else one known by its directory only.
 func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
 	if _, err := sandbox.ParseID(string(id)); err != nil {
 		return nil, false, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
 	}
-	d.mu.Lock()
-	b, ok := d.boxes[id]
-	d.mu.Unlock()
-	if ok {
+	if b, ok := d.boxes.Get(id); ok {
 		return b, true, nil
 	}
 	dir := d.dir(id)
-	b = &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock")}
+	b := &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock"), proc: &backend.Proc{}}
 	// An agent started before a restart: known by the record in its directory.
 	var s saved
 	if js, err := os.ReadFile(filepath.Join(dir, "agent.json")); err == nil && json.Unmarshal(js, &s) == nil && s.Pid > 0 {
-		if pidfd, err := unix.PidfdOpen(s.Pid, 0); err == nil {
-			if st, err := procStart(s.Pid); err == nil && st == s.Start {
-				b.pid, b.start, b.pidfd, b.done = s.Pid, s.Start, os.NewFile(uintptr(pidfd), "pidfd"), make(chan struct{})
-				go watchExit(b)
-			} else {
-				unix.Close(pidfd)
-			}
+		if p, err := backend.Pin(s.Pid, s.Start); err == nil {
+			p.Watch()
+			b.proc = p
 		}
 	}
 	return b, false, nil
@@ -337,20 +272,20 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 	if err != nil {
 		return err
 	}
-	if b.pidfd != nil && !b.exited() {
-		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+	if !b.proc.Exited() {
+		b.proc.Signal(unix.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-t.C:
 		case <-ctx.Done():
 		}
 		t.Stop()
 	}
 	d.kill(b)
-	if b.done != nil {
+	if b.proc.Held() {
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-ctx.Done():
 			return sandbox.Wrap("stop", id, context.Cause(ctx))
 		}
@@ -361,11 +296,9 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 // kill SIGKILLs the agent and what remains of its session: the agent's
 // process group, and every process whose session is the agent's.
 func (d *Driver) kill(b *box) {
-	if b.pidfd != nil && !b.exited() {
-		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGKILL, nil, 0)
-	}
-	if b.pid > 0 {
-		for _, pid := range sessionMembers(b.pid, b.start) {
+	b.proc.Signal(unix.SIGKILL)
+	if b.proc.Pid > 0 {
+		for _, pid := range sessionMembers(b.proc.Pid, b.proc.Start) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -413,7 +346,7 @@ func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) 
 	if !held {
 		return backend.WaitExit(ctx, id, nil, nil)
 	}
-	return backend.WaitExit(ctx, id, b.done, &b.exit)
+	return b.proc.Wait(ctx, id)
 }
 
 // Destroy implements backend.Driver.
@@ -431,21 +364,21 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
-	if b.pidfd != nil && !b.exited() {
-		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+	if !b.proc.Exited() {
+		b.proc.Signal(unix.SIGTERM)
 		t := time.NewTimer(2 * time.Second)
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-t.C:
 		}
 		t.Stop()
 	}
 	d.kill(b)
-	if b.done != nil {
+	if b.proc.Held() {
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("waiting for agent pid %d to exit: %w", b.pid, context.Cause(ctx)))
+			errs = append(errs, fmt.Errorf("waiting for agent pid %d to exit: %w", b.proc.Pid, context.Cause(ctx)))
 		}
 	}
 	if err := os.RemoveAll(b.dir); err != nil {
@@ -454,14 +387,8 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	if d.boxes[b.id] == b {
-		delete(d.boxes, b.id)
-	}
-	d.mu.Unlock()
-	if b.pidfd != nil {
-		b.pidfd.Close()
-	}
+	d.boxes.Forget(b.id, b)
+	b.proc.Close()
 	return nil
 }
 
@@ -477,59 +404,29 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 	if _, err := sandbox.ParseID(string(id)); err != nil || s.Dir != d.dir(id) || s.Socket != filepath.Join(s.Dir, "agent.sock") || s.Pid <= 0 {
 		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state is not this driver's record of this sandbox", sandbox.ErrInvalid)}
 	}
-	d.mu.Lock()
-	held, ok := d.boxes[id]
-	d.mu.Unlock()
-	if ok && held.pidfd != nil {
+	if held, ok := d.boxes.Get(id); ok && held.proc.Held() {
 		return d.instance(held)
 	}
-	if st, err := procStart(s.Pid); err != nil || st != s.Start {
-		return nil, notFound("its agent is gone")
-	}
-	pidfd, err := unix.PidfdOpen(s.Pid, unix.PIDFD_NONBLOCK)
+	proc, err := backend.Pin(s.Pid, s.Start)
 	if err != nil {
 		return nil, notFound("its agent is gone")
 	}
-	if st, err := procStart(s.Pid); err != nil || st != s.Start { // pinned now: check again
-		unix.Close(pidfd)
-		return nil, notFound("its agent is gone")
-	}
-	b := &box{id: id, dir: s.Dir, sock: s.Socket, pid: s.Pid, start: s.Start,
-		pidfd: os.NewFile(uintptr(pidfd), "pidfd"), done: make(chan struct{})}
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, proc: proc}
 	cl := agentclient.New(id, dial(b.sock))
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = cl.Health(hctx)
 	cancel()
 	cl.Close()
 	if err != nil {
-		b.pidfd.Close()
+		proc.Close()
 		return nil, notFound("its agent does not answer")
 	}
-	d.mu.Lock()
-	if other, ok := d.boxes[id]; ok && other.pidfd != nil {
-		d.mu.Unlock()
-		b.pidfd.Close()
-		return d.instance(other)
+	proc.Watch()
+	if held := d.boxes.Adopt(id, b, func(held *box) bool { return held.proc.Held() }); held != b {
+		proc.Close() // a concurrent Recover won
+		return d.instance(held)
 	}
-	d.boxes[id] = b
-	d.mu.Unlock()
-	go watchExit(b)
 	return d.instance(b)
-}
-
-// watchExit closes b.done when the agent behind b.pidfd exits.
-func watchExit(b *box) {
-	defer close(b.done)
-	b.exit = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
-	rc, err := b.pidfd.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err != nil || n > 0
-	})
 }
 
 // ListHeld implements backend.Lister: the ids with a directory in the data dir.

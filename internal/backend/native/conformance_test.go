@@ -21,9 +21,9 @@ import (
 
 // fakeAgent stands in for the agent in the jail tests: it serves GET /health
 // (204) on the inherited socket, reaps orphans as PID 1, and exits on SIGTERM.
-func fakeAgent(cfgJSON string) {
+func fakeAgent(cfgJSON []byte) {
 	var cfg boot.AgentConfig
-	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "fake agent:", err)
 		os.Exit(2)
 	}

@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 
 	"sbx/internal/backend"
 	"sbx/internal/isolation/cgroup"
@@ -49,9 +48,8 @@ type Driver struct {
 	// does not wait for the agent's health. Tests of the jail set it.
 	testArgv []string
 
-	mu sync.Mutex
-	// boxes are the sandboxes this driver started or recovered; guarded by mu.
-	boxes map[sandbox.ID]*box
+	// boxes are the sandboxes this driver started or recovered.
+	boxes backend.Registry[*box]
 }
 
 // Open checks opts, detects the host's cgroups, and builds once what every
@@ -71,7 +69,7 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Driver{opts: opts, log: log.With(logkey.Component, "native"), boxes: map[sandbox.ID]*box{}}
+	d := &Driver{opts: opts, log: log.With(logkey.Component, "native")}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}

@@ -29,10 +29,7 @@ func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
 	if _, err := sandbox.ParseID(string(id)); err != nil {
 		return nil, false, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
 	}
-	d.mu.Lock()
-	b, ok := d.boxes[id]
-	d.mu.Unlock()
-	if ok {
+	if b, ok := d.boxes.Get(id); ok {
 		return b, true, nil
 	}
 	g, err := d.layout.Group(d.cgroupPath(id))
@@ -40,7 +37,7 @@ func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
 		return nil, false, &sandbox.Error{Op: op, ID: id, Err: err}
 	}
 	dir := d.dir(id)
-	return &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock"), group: g}, false, nil
+	return &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock"), group: g, proc: &backend.Proc{}}, false, nil
 }
 
 // Stop implements backend.Driver. SIGTERM reaches the init (the agent, PID 1 of
@@ -50,11 +47,11 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 	if err != nil {
 		return err
 	}
-	if b.pidfd != nil && !b.exited() {
-		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGTERM, nil, 0)
+	if !b.proc.Exited() {
+		b.proc.Signal(unix.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -66,9 +63,9 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 	if err := b.group.WaitEmpty(ctx); err != nil {
 		return sandbox.Wrap("stop", id, err)
 	}
-	if b.done != nil {
+	if b.proc.Held() {
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-ctx.Done():
 			return sandbox.Wrap("stop", id, context.Cause(ctx))
 		}
@@ -79,25 +76,11 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 // kill sends SIGKILL to every process of the sandbox: its cgroup, and the init
 // by pidfd in case it died before it was placed in its cgroups.
 func (d *Driver) kill(b *box) error {
-	if b.pidfd != nil && !b.exited() {
-		unix.PidfdSendSignal(int(b.pidfd.Fd()), unix.SIGKILL, nil, 0)
-	}
+	b.proc.Signal(unix.SIGKILL)
 	if b.group == nil {
 		return nil
 	}
 	return b.group.Kill()
-}
-
-func (b *box) exited() bool {
-	if b.done == nil {
-		return true
-	}
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // Wait implements backend.Driver. After Recover the exit status is unknown (the
@@ -110,7 +93,7 @@ func (d *Driver) Wait(ctx context.Context, id sandbox.ID) (sandbox.Exit, error) 
 	if !held {
 		return backend.WaitExit(ctx, id, nil, nil)
 	}
-	return backend.WaitExit(ctx, id, b.done, &b.exit)
+	return b.proc.Wait(ctx, id)
 }
 
 // Destroy implements backend.Driver.
@@ -140,11 +123,11 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 			errs = append(errs, err)
 		}
 	}
-	if b.done != nil {
+	if b.proc.Held() {
 		select {
-		case <-b.done:
+		case <-b.proc.Done():
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("waiting for init pid %d to exit: %w", b.pid, context.Cause(ctx)))
+			errs = append(errs, fmt.Errorf("waiting for init pid %d to exit: %w", b.proc.Pid, context.Cause(ctx)))
 		}
 	}
 	if b.group != nil {
@@ -158,14 +141,8 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	if err := errors.Join(errs...); err != nil {
 		return err // the box stays known, so a retry can finish the job
 	}
-	d.mu.Lock()
-	if d.boxes[b.id] == b {
-		delete(d.boxes, b.id)
-	}
-	d.mu.Unlock()
-	if b.pidfd != nil {
-		b.pidfd.Close()
-	}
+	d.boxes.Forget(b.id, b)
+	b.proc.Close()
 	return nil
 }
 
@@ -181,65 +158,32 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 	if s.ID != id || s.Cgroup != d.cgroupPath(id) || s.Dir != d.dir(id) || s.Pid <= 0 {
 		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state is not this driver's record of this sandbox", sandbox.ErrInvalid)}
 	}
-	d.mu.Lock()
-	held, ok := d.boxes[id]
-	d.mu.Unlock()
-	if ok && held.pidfd != nil {
+	if held, ok := d.boxes.Get(id); ok && held.proc.Held() {
 		return d.instance(held, d.isolation())
 	}
-	if st, err := procStart(s.Pid); err != nil || st != s.Start {
-		return nil, notFound("its init process is gone")
-	}
-	pidfd, err := unix.PidfdOpen(s.Pid, unix.PIDFD_NONBLOCK)
+	proc, err := backend.Pin(s.Pid, s.Start)
 	if err != nil {
-		return nil, notFound("its init process is gone")
-	}
-	// The pid may have been reused between the check and pidfd_open: check again,
-	// now that the pidfd pins the process.
-	if st, err := procStart(s.Pid); err != nil || st != s.Start {
-		unix.Close(pidfd)
 		return nil, notFound("its init process is gone")
 	}
 	var nd net.Dialer
 	conn, err := nd.DialContext(ctx, "unix", d.dir(id)+"/agent.sock")
 	if err != nil {
-		unix.Close(pidfd)
+		proc.Close()
 		return nil, notFound("its agent does not answer")
 	}
 	conn.Close()
 	g, err := d.layout.Group(s.Cgroup)
 	if err != nil {
-		unix.Close(pidfd)
+		proc.Close()
 		return nil, &sandbox.Error{Op: "recover", ID: id, Err: err}
 	}
-	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, pid: s.Pid, start: s.Start,
-		pidfd: os.NewFile(uintptr(pidfd), "pidfd"), done: make(chan struct{})}
-	d.mu.Lock()
-	if other, ok := d.boxes[id]; ok && other.pidfd != nil {
-		d.mu.Unlock()
-		b.pidfd.Close()
-		return d.instance(other, d.isolation())
+	proc.Watch()
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, proc: proc}
+	if held := d.boxes.Adopt(id, b, func(held *box) bool { return held.proc.Held() }); held != b {
+		proc.Close() // a concurrent Recover won
+		return d.instance(held, d.isolation())
 	}
-	d.boxes[id] = b
-	d.mu.Unlock()
-	go watchExit(b)
 	return d.instance(b, d.isolation())
-}
-
-// watchExit closes b.done when the process behind b.pidfd exits, through the
-// runtime's poller; it returns early if the pidfd is closed.
-func watchExit(b *box) {
-	defer close(b.done)
-	b.exit = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
-	rc, err := b.pidfd.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err != nil || n > 0
-	})
 }
 
 // Stats implements backend.Statser.

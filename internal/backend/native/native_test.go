@@ -22,8 +22,7 @@ import (
 // it in place of sbx and have it exec a shell, or go on as a stand-in agent.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == boot.InitArg {
-		nsinit.Main() // returns only when the plan has no program
-		fakeAgent(os.Args[2])
+		fakeAgent(nsinit.Main()) // returns only when the plan has no program
 	}
 	os.Exit(m.Run())
 }
@@ -121,7 +120,8 @@ func TestJail(t *testing.T) {
 		t.Errorf("Wait = %+v, want code 0", ex)
 	}
 	// Host-side checks, before Destroy removes the groups.
-	g := d.boxes[id].group
+	b, _ := d.boxes.Get(id)
+	g := b.group
 	mem, _ := os.ReadFile(filepath.Join(g.Dir("memory"), "memory.limit_in_bytes"))
 	if strings.TrimSpace(string(mem)) != strconv.FormatInt(sp.MemoryBytes, 10) {
 		t.Errorf("memory.limit_in_bytes = %s, want %d", mem, sp.MemoryBytes)
@@ -212,7 +212,8 @@ func TestStopKillsSetsidGrandchild(t *testing.T) {
 	if err := d.Stop(t.Context(), id, 50*time.Millisecond); err != nil {
 		t.Fatalf("Stop = %v", err)
 	}
-	pids, err := d.boxes[id].group.Procs()
+	b, _ := d.boxes.Get(id)
+	pids, err := b.group.Procs()
 	if err != nil || len(pids) != 0 {
 		t.Errorf("after Stop the cgroup holds %v (%v), want none", pids, err)
 	}
@@ -349,7 +350,8 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if err := d2.Destroy(t.Context(), id); err != nil {
 		t.Errorf("Destroy = %v", err)
 	}
-	<-d.boxes[id].done // the first driver's reaper
+	b, _ := d.boxes.Get(id)
+	<-b.proc.Done() // the first driver's reaper
 	if err := d.Destroy(t.Context(), id); err != nil {
 		t.Errorf("Destroy by the first driver = %v", err)
 	}

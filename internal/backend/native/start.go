@@ -23,6 +23,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/backend"
+	"sbx/internal/fault"
 	"sbx/internal/isolation/cgroup"
 	"sbx/internal/isolation/mount"
 	"sbx/internal/isolation/nsinit"
@@ -57,16 +58,10 @@ type box struct {
 	sock  string
 	group *cgroup.Group
 
-	// pid, pidfd and start are zero for a sandbox known only by its id (after a
-	// restart, before Recover): Destroy then works from the cgroup and directory.
-	pid   int
-	pidfd *os.File
-	start uint64
-
-	// done is closed once the init process (the agent) has exited; exit is set
-	// before. Nil when pid is 0.
-	done chan struct{}
-	exit sandbox.Exit
+	// proc is the init process (which goes on as the agent); it holds nothing
+	// for a sandbox known only by its id (after a restart, before Recover):
+	// Destroy then works from the cgroup and directory.
+	proc *backend.Proc
 
 	destroyOnce sync.Once
 }
@@ -99,16 +94,10 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, d.missingReason(l))}
 		}
 	}
-	b := &box{id: id, dir: d.dir(id)}
+	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}}
 	b.sock = filepath.Join(b.dir, "agent.sock")
-	d.mu.Lock()
-	_, dup := d.boxes[id]
-	if !dup {
-		d.boxes[id] = b
-	}
-	d.mu.Unlock()
-	if dup {
-		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrExists)}
+	if err := d.boxes.Claim(id, b); err != nil {
+		return nil, err
 	}
 	began := time.Now()
 	defer func() {
@@ -122,6 +111,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := d.prepare(b); err != nil {
 		return nil, err
 	}
+	fault.Point(fault.Rootfs)
 	g, err := d.layout.Create(d.cgroupPath(id))
 	if err != nil {
 		return nil, err
@@ -130,20 +120,16 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := g.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
 		return nil, err
 	}
+	fault.Point(fault.Cgroup)
 	if err := d.spawn(ctx, b, spec); err != nil {
 		return nil, err
 	}
-	if st, err := procStart(b.pid); err == nil {
-		b.start = st
-	} else {
-		return nil, fmt.Errorf("reading the start time of pid %d: %w", b.pid, err)
-	}
-	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.pid, logkey.Duration, time.Since(began))
+	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, logkey.Duration, time.Since(began))
 	return d.instance(b, iso)
 }
 
 func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, error) {
-	s, err := json.Marshal(saved{ID: b.id, Pid: b.pid, Start: b.start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path()})
+	s, err := json.Marshal(saved{ID: b.id, Pid: b.proc.Pid, Start: b.proc.Start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path()})
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +203,7 @@ func (d *Driver) mountPlan(b *box, spec sandbox.Spec) mount.Plan {
 
 // plan is what the init stage does for this sandbox, and the configuration of
 // the agent it goes on as.
-func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, string, error) {
+func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	env := []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8", "TERM=xterm-256color"}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
@@ -256,12 +242,13 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, string, error) {
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
-		return p, "", err
+		return p, err
 	}
+	p.Agent = js
 	if d.testArgv != nil {
 		p.Path, p.Argv, p.Env = d.testArgv[0], d.testArgv, agentEnv
 	}
-	return p, string(js), nil
+	return p, nil
 }
 
 // agentEnv is the environment of the init stage and agent process; the
@@ -271,7 +258,7 @@ var agentEnv = append([]string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-
 // spawn starts the init stage in its namespaces and cgroups, hands it its plan
 // and waits until the agent serves (or init or the agent failed, saying why).
 func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
-	p, agentCfg, err := d.plan(b, spec)
+	p, err := d.plan(b, spec)
 	if err != nil {
 		return err
 	}
@@ -333,7 +320,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	pidfd := -1
 	cmd := &exec.Cmd{
 		Path:       d.exe,
-		Args:       []string{"sbx", boot.InitArg, agentCfg},
+		Args:       []string{"sbx", boot.InitArg, string(b.id)}, // the id only names the process
 		Env:        agentEnv,
 		Dir:        "/",
 		Stderr:     logf,
@@ -357,21 +344,21 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err != nil {
 		return fmt.Errorf("starting the init stage: %w", err)
 	}
-	b.pid = cmd.Process.Pid
-	b.pidfd = os.NewFile(uintptr(pidfd), "pidfd")
-	b.done = make(chan struct{})
-	go func() { // the reaper: no zombie stays behind
-		cmd.Wait()
-		b.exit = exitOf(cmd.ProcessState)
-		close(b.done)
-	}()
+	if err := b.proc.HoldChild(cmd.Process, pidfd); err != nil {
+		return err
+	}
 	planR.Close()
 	statusW.Close()
 	lnFile.Close()
+	// The init stage lives in its new namespaces and cgroups and waits for its
+	// plan: nothing of the jail is built yet.
+	fault.Point(fault.Netns)
 	if _, err := planW.Write(plan); err != nil {
 		return fmt.Errorf("sending the plan to the init stage: %w", err)
 	}
 	planW.Close()
+	// The init stage builds the jail and goes on as the agent; it is not ready.
+	fault.Point(fault.Jail)
 	stop := context.AfterFunc(ctx, func() { statusR.SetReadDeadline(time.Now()) })
 	defer stop()
 	msg, err := io.ReadAll(io.LimitReader(statusR, 64*1024))
@@ -386,50 +373,8 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	}
 	// EOF with nothing said: the agent serves, or init exec'd a test's program,
 	// or the process died before it could say why.
-	if b.exited() && d.testArgv == nil {
-		return fmt.Errorf("init stage exited (%s) before the agent served", describeExit(b.exit))
+	if b.proc.Exited() && d.testArgv == nil {
+		return fmt.Errorf("init stage exited (%s) before the agent served", backend.DescribeExit(b.proc.ExitStatus()))
 	}
 	return nil
-}
-
-func exitOf(ps *os.ProcessState) sandbox.Exit {
-	if ps == nil {
-		return sandbox.Exit{Code: -1, Reason: sandbox.ReasonAgentLost}
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if ok && ws.Signaled() {
-		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal()), Reason: sandbox.ReasonSignaled}
-	}
-	return sandbox.Exit{Code: ps.ExitCode(), Reason: sandbox.ReasonExited}
-}
-
-func describeExit(e sandbox.Exit) string {
-	if e.Signal != 0 {
-		return fmt.Sprintf("signal %d", e.Signal)
-	}
-	return fmt.Sprintf("code %d", e.Code)
-}
-
-// procStart reads the start time of pid (field 22 of /proc/<pid>/stat, in clock
-// ticks since boot), which tells a process from a later one with the same pid.
-func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces and parentheses: skip past its last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	const field = 22 - 3 // fields after the name start at 3
-	if len(f) <= field {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	var st uint64
-	if _, err := fmt.Sscan(f[field], &st); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return st, nil
 }

@@ -22,22 +22,24 @@ const maxPlanBytes = 1 << 20
 // Main runs the init stage in the calling process, which the backend started in
 // its new namespaces and cgroups. With a program in the plan it ends in execve of
 // it; without one it returns, and the caller goes on to be the agent in this same
-// process (one program start per sandbox). StatusFD stays open on return: the
+// process (one program start per sandbox), and it returns the agent's
+// configuration from the plan. StatusFD stays open on return: the
 // agent closes it once it serves. On error Main reports on StatusFD and exits 1.
-func Main() {
+func Main() (agentConfig []byte) {
 	// Capabilities and no_new_privs are per thread: they are applied to every
 	// thread of the process, and this one, which execs when there is a program,
 	// stays put in case that is not possible.
 	runtime.LockOSThread()
-	err := run()
+	agentConfig, err := run()
 	if err == nil {
 		runtime.UnlockOSThread()
-		return
+		return agentConfig
 	}
 	msg := []byte(err.Error())
 	unix.Write(StatusFD, msg)
 	os.Stderr.Write(append([]byte("sbx init: "), append(msg, '\n')...))
 	os.Exit(1)
+	return nil
 }
 
 // step names a failed step in the error init reports.
@@ -48,53 +50,53 @@ func step(name string, err error) error {
 	return fmt.Errorf("%s: %w", name, err)
 }
 
-func run() error {
+func run() (agentConfig []byte, err error) {
 	p, err := readPlan()
 	if err != nil {
-		return step("reading plan", err)
+		return nil, step("reading plan", err)
 	}
 	keep, err := CapMask(p.Caps)
 	if err != nil {
-		return step("caps", err)
+		return nil, step("caps", err)
 	}
 	// The parent started this process in its cgroups and in a new cgroup
 	// namespace, which is therefore rooted at the sandbox's groups.
 	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
-		return step("sethostname", err)
+		return nil, step("sethostname", err)
 	}
 	// Host paths (cgroup files) are reachable only until pivot_root.
 	if err := openFDs(p.OpenFDs); err != nil {
-		return step("opening fds", err)
+		return nil, step("opening fds", err)
 	}
 	if err := mount.MakePrivate(); err != nil {
-		return step("mounts", err)
+		return nil, step("mounts", err)
 	}
 	if err := mount.Assemble(p.Mount); err != nil {
-		return step("mounts", err)
+		return nil, step("mounts", err)
 	}
 	if err := mount.PivotRoot(p.Mount.Root, p.Workdir); err != nil {
-		return step("pivot_root", err)
+		return nil, step("pivot_root", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return step("loopback", err)
+		return nil, step("loopback", err)
 	}
 	if err := setRlimits(p.NoFile); err != nil {
-		return step("rlimits", err)
+		return nil, step("rlimits", err)
 	}
 	// Every thread, or with a program to exec (which ends the other threads)
 	// at least this one; the agent runs on after, so it needs them all.
 	if err := confine(keep, p.Path != ""); err != nil {
-		return err
+		return nil, err
 	}
 	if p.Path == "" {
 		// The agent runs on in this process: every fd it holds stays open, none
 		// reaches a program it starts unless handed over explicitly.
-		return step("closefds", closeFDs(nil))
+		return p.Agent, step("closefds", closeFDs(nil))
 	}
 	if err := closeFDs(keptFDs(p)); err != nil {
-		return step("closefds", err)
+		return nil, step("closefds", err)
 	}
-	return step("execve "+p.Path, unix.Exec(p.Path, p.Argv, p.Env))
+	return nil, step("execve "+p.Path, unix.Exec(p.Path, p.Argv, p.Env))
 }
 
 func readPlan() (*Plan, error) {

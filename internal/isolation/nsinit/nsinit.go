@@ -6,6 +6,8 @@
 package nsinit
 
 import (
+	"encoding/json"
+
 	"sbx/internal/isolation/mount"
 )
 
@@ -43,6 +45,10 @@ type Plan struct {
 	Path string   `json:"path"`
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
+	// Agent is the configuration (boot.AgentConfig) of the agent the process
+	// goes on as when there is no Path: Main returns it. It travels here, not
+	// in argv, which the host shows to every user.
+	Agent json.RawMessage `json:"agent,omitempty"`
 }
 
 // OpenFD is a file opened before pivot_root and moved to fd FD.

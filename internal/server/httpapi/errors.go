@@ -52,6 +52,10 @@ func classOf(err error) class {
 	if errors.As(err, &mbe) {
 		return class{sandbox.ErrTooLarge, http.StatusRequestEntityTooLarge, openapi.CodeOutOfRange}
 	}
+	var bte *bodyTimeoutError
+	if errors.As(err, &bte) {
+		return class{nil, http.StatusRequestTimeout, openapi.CodeDeadlineExceeded}
+	}
 	var me *methodError
 	if errors.As(err, &me) {
 		return class{nil, http.StatusMethodNotAllowed, openapi.CodeUnimplemented}
@@ -89,6 +93,8 @@ func (s *server) writeError(w *responseWriter, r *http.Request, rt route, err er
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
 	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="sbx"`)
+	case http.StatusRequestTimeout:
+		h.Set("Connection", "close") // the rest of the body is not worth waiting for
 	case http.StatusMethodNotAllowed:
 		var me *methodError
 		errors.As(err, &me)

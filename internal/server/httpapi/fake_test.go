@@ -34,8 +34,24 @@ type fakeService struct {
 	result sandbox.ExecResult
 	// err, when set, is what every sandbox call returns.
 	err error
-	// uploaded counts the bytes an Upload read.
-	uploaded int64
+	// uploaded counts the bytes an Upload read, uploadSize is the size it
+	// was given; an upload announcing more than uploadQuota (when set) fails
+	// unread, as the manager's does.
+	uploaded    int64
+	uploadSize  int64
+	uploadQuota int64
+	// callers are the keys the calls carried (manager.KeyFrom), in order.
+	callers []manager.Key
+	// idem maps an idempotency key to its request and sandbox.
+	idem map[string]idemEntry
+	// audit is what Audit returns; auditQuery the query it was last given.
+	audit      []manager.AuditRecord
+	auditQuery manager.AuditQuery
+}
+
+type idemEntry struct {
+	req string
+	id  sandbox.ID
 }
 
 func newFake() *fakeService {
@@ -43,6 +59,7 @@ func newFake() *fakeService {
 		policy:    sandbox.DefaultPolicy(),
 		sandboxes: map[sandbox.ID]sandbox.Sandbox{},
 		files:     map[string][]byte{},
+		idem:      map[string]idemEntry{},
 		result:    sandbox.ExecResult{ProcessID: "p1", PID: 7, ExitCode: 0, Reason: sandbox.ReasonExited},
 	}
 }
@@ -54,7 +71,7 @@ func (f *fakeService) Authenticate(ctx context.Context, token string) (manager.K
 	if token != testKey {
 		return manager.Key{}, fmt.Errorf("%w: invalid API key", sandbox.ErrUnauthenticated)
 	}
-	return manager.Key{ID: "k1", Name: "admin"}, nil
+	return manager.Key{ID: "k1", Name: "admin", Admin: true}, nil
 }
 
 func (f *fakeService) Health(ctx context.Context) []manager.BackendHealth {
@@ -76,6 +93,14 @@ func (f *fakeService) lookup(op string, id sandbox.ID) (sandbox.Sandbox, error) 
 }
 
 func (f *fakeService) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
+	if k, ok := manager.KeyFrom(ctx); ok {
+		f.mu.Lock()
+		f.callers = append(f.callers, k)
+		f.mu.Unlock()
+	}
+	if f.err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: "create", Err: f.err}
+	}
 	spec, err := f.policy.Admit(req)
 	if err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: "create", Err: err}
@@ -88,6 +113,43 @@ func (f *fakeService) Create(ctx context.Context, req sandbox.CreateRequest) (sa
 	f.sandboxes[sb.ID] = sb
 	f.mu.Unlock()
 	return sb, nil
+}
+
+// CreateIdempotent keeps the manager's contract in small: same key and request
+// replay, same key and another request conflict.
+func (f *fakeService) CreateIdempotent(ctx context.Context, req sandbox.CreateRequest, key string) (sandbox.Sandbox, bool, error) {
+	if err := manager.CheckIdempotencyKey(key); err != nil {
+		return sandbox.Sandbox{}, false, &sandbox.Error{Op: "create", Err: err}
+	}
+	body := fmt.Sprintf("%+v", req)
+	f.mu.Lock()
+	e, ok := f.idem[key]
+	f.mu.Unlock()
+	if ok {
+		if e.req != body {
+			return sandbox.Sandbox{}, false, &sandbox.Error{Op: "create", ID: e.id,
+				Err: fmt.Errorf("%w: idempotency key %q was used with a different request", sandbox.ErrExists, key)}
+		}
+		sb, err := f.lookup("create", e.id)
+		return sb, true, err
+	}
+	sb, err := f.Create(ctx, req)
+	if err == nil {
+		f.mu.Lock()
+		f.idem[key] = idemEntry{req: body, id: sb.ID}
+		f.mu.Unlock()
+	}
+	return sb, false, err
+}
+
+func (f *fakeService) Audit(ctx context.Context, q manager.AuditQuery) ([]manager.AuditRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.auditQuery = q
+	if f.err != nil {
+		return nil, &sandbox.Error{Op: "audit", Err: f.err}
+	}
+	return f.audit, nil
 }
 
 func (f *fakeService) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
@@ -244,9 +306,16 @@ func (f *fakeService) Download(ctx context.Context, id sandbox.ID, path string) 
 	return io.NopCloser(bytes.NewReader(b)), sandbox.FileInfo{Path: path, Type: "file", Size: int64(len(b))}, nil
 }
 
-func (f *fakeService) Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, mode uint32) (sandbox.FileInfo, error) {
+func (f *fakeService) Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, size int64, mode uint32) (sandbox.FileInfo, error) {
 	if _, err := f.lookup("upload", id); err != nil {
 		return sandbox.FileInfo{}, err
+	}
+	f.mu.Lock()
+	f.uploadSize = size
+	quota := f.uploadQuota
+	f.mu.Unlock()
+	if quota > 0 && size > quota {
+		return sandbox.FileInfo{}, &sandbox.Error{Op: "upload", ID: id, Err: fmt.Errorf("%w: over the disk quota", sandbox.ErrTooLarge)}
 	}
 	n, err := io.Copy(io.Discard, r)
 	f.mu.Lock()

@@ -6,7 +6,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 	"sbx/api/openapi"
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
-	"sbx/internal/sandbox"
 )
 
 // maxReadLimit bounds one page of GET …/files/read.
@@ -219,14 +217,9 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := io.Reader(r.Body)
-	if s.maxUploadBytes > 0 {
-		if r.ContentLength > s.maxUploadBytes {
-			return fmt.Errorf("%w: upload: %d bytes is over the limit of %d", sandbox.ErrTooLarge, r.ContentLength, s.maxUploadBytes)
-		}
-		body = http.MaxBytesReader(w, r.Body, s.maxUploadBytes)
-	}
-	fi, err := s.m.Upload(r.Context(), sandboxID(r), p, body, mode)
+	// The manager bounds the upload by the sandbox's disk quota: a length
+	// over it fails before a byte is read.
+	fi, err := s.m.Upload(r.Context(), sandboxID(r), p, r.Body, r.ContentLength, mode)
 	if err != nil {
 		return err
 	}

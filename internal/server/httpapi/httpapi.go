@@ -23,11 +23,15 @@ import (
 // Options configure the API server.
 type Options struct {
 	Log *slog.Logger
-	// MaxBodyBytes bounds JSON request bodies (uploads stream and are bounded
-	// separately). 0 means DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds JSON request bodies (uploads stream, each bounded
+	// by its sandbox's disk quota). 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// MaxUploadBytes bounds a streamed upload; 0 means no bound of the API's own.
-	MaxUploadBytes int64
+	// BodyGrace, BodyMinRate (bytes a second) and BodyMaxStall set the
+	// minimum rate of every request body (bodyrate.go); zero means
+	// DefaultBodyGrace, DefaultBodyMinRate and DefaultBodyMaxStall.
+	BodyGrace    time.Duration
+	BodyMinRate  int64
+	BodyMaxStall time.Duration
 }
 
 // DefaultMaxBodyBytes is the default bound of a JSON request body.
@@ -40,6 +44,8 @@ type service interface {
 	Health(ctx context.Context) []manager.BackendHealth
 
 	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
+	CreateIdempotent(ctx context.Context, req sandbox.CreateRequest, key string) (sandbox.Sandbox, bool, error)
+	Audit(ctx context.Context, q manager.AuditQuery) ([]manager.AuditRecord, error)
 	Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error)
 	List(ctx context.Context, labels map[string]string) ([]sandbox.Sandbox, error)
 	Update(ctx context.Context, id sandbox.ID, u manager.Update) (sandbox.Sandbox, error)
@@ -63,18 +69,20 @@ type service interface {
 	Glob(ctx context.Context, id sandbox.ID, pattern, dir string, limit int) ([]string, bool, error)
 	Grep(ctx context.Context, id sandbox.ID, req manager.GrepRequest) ([]sandbox.GrepMatch, bool, error)
 	Download(ctx context.Context, id sandbox.ID, path string) (io.ReadCloser, sandbox.FileInfo, error)
-	Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, mode uint32) (sandbox.FileInfo, error)
+	Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, size int64, mode uint32) (sandbox.FileInfo, error)
+	UploadArchive(ctx context.Context, id sandbox.ID, dir string, r io.Reader, size int64, lim sandbox.ArchiveLimits) (sandbox.ArchiveResult, error)
+	DownloadArchive(ctx context.Context, id sandbox.ID, dir string, gzip bool) (io.ReadCloser, error)
 }
 
 var _ service = (*manager.Manager)(nil)
 
 // server is the /v1 API over one service.
 type server struct {
-	m              service
-	log            *slog.Logger
-	maxBody        int64
-	maxUploadBytes int64
-	mux            *http.ServeMux
+	m        service
+	log      *slog.Logger
+	maxBody  int64
+	bodyRate bodyRate
+	mux      *http.ServeMux
 }
 
 // New returns the /v1 handler over m.
@@ -86,11 +94,11 @@ func newServer(m service, opts Options) *server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{
-		m:              m,
-		log:            log.With(logkey.Component, "httpapi"),
-		maxBody:        opts.MaxBodyBytes,
-		maxUploadBytes: opts.MaxUploadBytes,
-		mux:            http.NewServeMux(),
+		m:        m,
+		log:      log.With(logkey.Component, "httpapi"),
+		maxBody:  opts.MaxBodyBytes,
+		bodyRate: opts.bodyRate(),
+		mux:      http.NewServeMux(),
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -118,6 +126,7 @@ func (s *server) routes() []route {
 	return []route{
 		{"GET", "/v1/health", "health", true, s.health},
 		{"GET", "/v1/openapi.json", "openapi", true, s.openAPI},
+		{"GET", "/v1/audit", "audit", false, s.audit},
 
 		{"POST", "/v1/sandboxes", "create", false, s.create},
 		{"GET", "/v1/sandboxes", "list", false, s.list},
@@ -144,16 +153,19 @@ func (s *server) routes() []route {
 		{"GET", sb + "/files/grep", "grep", false, s.grep},
 		{"GET", sb + "/files/download", "download", false, s.download},
 		{"PUT", sb + "/files/upload", "upload", false, s.upload},
+		{"GET", sb + "/files/archive", "download_archive", false, s.downloadArchive},
+		{"PUT", sb + "/files/archive", "upload_archive", false, s.uploadArchive},
 	}
 }
 
-// ServeHTTP sets the request id, authenticates, routes, and answers unknown
-// routes with the API's error body.
+// ServeHTTP sets the request id, puts the body under its minimum rate,
+// authenticates, routes, and answers unknown routes with the API's error body.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(r)
 	w.Header().Set("X-Request-Id", rid)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+	r = s.limitBody(w, r)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r) // sets the path values
 		return
@@ -246,11 +258,16 @@ func (s *server) handle(rt route) http.Handler {
 			var k manager.Key
 			k, err = s.authenticate(r)
 			rw.keyID = k.ID
+			// The manager counts limits, records owners and audits under it.
+			r = r.WithContext(manager.WithKey(r.Context(), k))
 		}
 		if err == nil {
 			err = rt.h(rw, r)
 		}
 		if err != nil {
+			if berr := bodyFailure(r); berr != nil {
+				err = berr // the cause of whatever the handler saw
+			}
 			s.writeError(rw, r, rt, err)
 		}
 	})

@@ -48,6 +48,7 @@ func TestWriteErrorTable(t *testing.T) {
 		{sandbox.ErrTimeout, 504, "deadline_exceeded", ""},
 		{sandbox.ErrTooLarge, 413, "out_of_range", ""},
 		{&http.MaxBytesError{Limit: 10}, 413, "out_of_range", ""},
+		{&bodyTimeoutError{n: 3, took: 10 * time.Second, rate: Options{}.bodyRate()}, 408, "deadline_exceeded", ""},
 		{sandbox.ErrIsolation, 503, "isolation_unavailable", "1"},
 		{sandbox.ErrAgentLost, 502, "agent_lost", ""},
 		{sandbox.ErrUnauthenticated, 401, "unauthenticated", ""},
@@ -664,11 +665,14 @@ func TestUploadStreams(t *testing.T) {
 	}
 }
 
+// An upload's length reaches the manager, which refuses one over the
+// sandbox's quota before reading it: 413, with the connection's rest unread.
 func TestUploadLimit(t *testing.T) {
-	e := newAPI(t, Options{MaxUploadBytes: 1000})
+	e := newAPI(t, Options{})
+	e.f.uploadQuota = 1000
 	id := e.sandbox()
 	req, _ := http.NewRequest("PUT", e.srv.URL+"/v1/sandboxes/"+id+"/files/upload?path=big", io.LimitReader(zeros{}, 5000))
-	req.ContentLength = -1
+	req.ContentLength = 5000
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
@@ -676,8 +680,11 @@ func TestUploadLimit(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 413 {
-		t.Errorf("upload over the limit = %d %s, want 413", resp.StatusCode, b)
+	if resp.StatusCode != 413 || e.f.uploadSize != 5000 || e.f.uploaded != 0 {
+		t.Errorf("upload over the quota = %d %s; the manager saw size %d and read %d bytes, want 413, 5000, 0", resp.StatusCode, b, e.f.uploadSize, e.f.uploaded)
+	}
+	if d := decodeErr(t, b); d.Code != "out_of_range" || d.SandboxID != id {
+		t.Errorf("upload over the quota: %+v", d)
 	}
 }
 

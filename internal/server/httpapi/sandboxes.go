@@ -96,12 +96,25 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := s.m.Create(r.Context(), req)
+	status := http.StatusCreated
+	var sb sandbox.Sandbox
+	if vs := r.Header.Values(openapi.IdempotencyKeyHeader); len(vs) > 0 {
+		if len(vs) > 1 {
+			return sandbox.Invalid(openapi.IdempotencyKeyHeader, "given %d times", len(vs))
+		}
+		var replayed bool
+		sb, replayed, err = s.m.CreateIdempotent(r.Context(), req, vs[0])
+		if replayed {
+			status = http.StatusOK // the sandbox an earlier call created
+		}
+	} else {
+		sb, err = s.m.Create(r.Context(), req)
+	}
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Location", "/v1/sandboxes/"+string(sb.ID))
-	return writeJSON(w, http.StatusCreated, wireSandbox(sb))
+	return writeJSON(w, status, wireSandbox(sb))
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"sbx/api/openapi"
@@ -18,13 +19,15 @@ func wireSandbox(sb sandbox.Sandbox) openapi.Sandbox {
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	// Times in milliseconds, as the store keeps them: a sandbox reads the same
+	// from its create, a replay of it and a get.
 	return openapi.Sandbox{
 		ID:        string(sb.ID),
 		State:     string(sb.State),
 		Backend:   sb.Backend,
 		Template:  sb.Spec.Template,
-		CreatedAt: sb.CreatedAt.UTC(),
-		ExpiresAt: sb.ExpiresAt.UTC(),
+		CreatedAt: sb.CreatedAt.UTC().Truncate(time.Millisecond),
+		ExpiresAt: sb.ExpiresAt.UTC().Truncate(time.Millisecond),
 		Limits: openapi.Limits{
 			MemoryMB: sb.Spec.MemoryBytes / sandbox.MiB,
 			CPUs:     float64(sb.Spec.MilliCPUs) / 1000,

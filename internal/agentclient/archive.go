@@ -1,0 +1,118 @@
+// This file implements directory transfer as tar archives: the body streams
+// between the caller and the agent's /files/archive routes untouched, never
+// buffered or decompressed here.
+
+package agentclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	"sbx/internal/sandbox"
+)
+
+// maxSkipReport bounds the skipped entries taken from the agent's answer.
+const maxSkipReport = 100
+
+// UploadArchive streams the tar or gzip-compressed tar r to the agent, which
+// extracts it beneath directory dir (see the agent's files.Extract for the
+// rules). lim may lower the agent's caps; its QuotaBytes bounds what is
+// written.
+func (c *Client) UploadArchive(ctx context.Context, dir string, r io.Reader, lim sandbox.ArchiveLimits) (sandbox.ArchiveResult, error) {
+	const op = "upload_archive"
+	q := url.Values{"path": {dir}}
+	if lim.MaxBytes > 0 {
+		q.Set("max_bytes", strconv.FormatInt(lim.MaxBytes, 10))
+	}
+	if lim.MaxEntries > 0 {
+		q.Set("max_entries", strconv.FormatInt(lim.MaxEntries, 10))
+	}
+	if lim.QuotaBytes > 0 {
+		q.Set("quota_bytes", strconv.FormatInt(lim.QuotaBytes, 10))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/files/archive?"+q.Encode(), io.NopCloser(r))
+	if err != nil {
+		return sandbox.ArchiveResult{}, &sandbox.Error{Op: op, ID: c.id, Err: err}
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sandbox.ArchiveResult{}, c.wrap(op, ctx.Err())
+		}
+		return sandbox.ArchiveResult{}, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return sandbox.ArchiveResult{}, c.archiveErr(op, resp)
+	}
+	var out struct {
+		Path    string `json:"path"`
+		Entries int64  `json:"entries"`
+		Bytes   int64  `json:"bytes"`
+		Skipped []struct {
+			Name   string `json:"name"`
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		} `json:"skipped"`
+		SkippedCount int64 `json:"skipped_count"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil ||
+		out.Entries < 0 || out.Bytes < 0 || out.SkippedCount < int64(len(out.Skipped)) {
+		return sandbox.ArchiveResult{}, &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: malformed archive answer", sandbox.ErrAgentLost)}
+	}
+	res := sandbox.ArchiveResult{Path: out.Path, Entries: out.Entries, Bytes: out.Bytes, SkippedCount: out.SkippedCount}
+	for _, s := range out.Skipped[:min(len(out.Skipped), maxSkipReport)] {
+		res.Skipped = append(res.Skipped, sandbox.ArchiveSkip{Name: s.Name, Type: s.Type, Reason: s.Reason})
+	}
+	return res, nil
+}
+
+// DownloadArchive streams directory dir out of the sandbox as a tar archive
+// (gzip-compressed by the agent when gzip is set); the caller closes it. An
+// archive the agent could not finish ends in a read error, never in a clean
+// EOF.
+func (c *Client) DownloadArchive(ctx context.Context, dir string, gzip bool) (io.ReadCloser, error) {
+	const op = "download_archive"
+	q := url.Values{"path": {dir}}
+	if gzip {
+		q.Set("gzip", "true")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/files/archive?"+q.Encode(), nil)
+	if err != nil {
+		return nil, &sandbox.Error{Op: op, ID: c.id, Err: err}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, c.archiveErr(op, resp)
+	}
+	return resp.Body, nil
+}
+
+// archiveErr maps an error answer of /files/archive: a cap hit (413) on top of
+// what httpErr knows.
+func (c *Client) archiveErr(op string, resp *http.Response) error {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		return c.httpErr(op, resp)
+	}
+	var body struct {
+		Message string `json:"message"`
+	}
+	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	if body.Message == "" {
+		body.Message = resp.Status
+	}
+	return c.wrap(op, connect.NewError(connect.CodeOutOfRange, errors.New(body.Message)))
+}

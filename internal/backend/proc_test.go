@@ -1,0 +1,76 @@
+package backend
+
+import (
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+
+	"sbx/internal/sandbox"
+)
+
+func TestRegistry(t *testing.T) {
+	var r Registry[*int]
+	a, b := new(int), new(int)
+	id := sandbox.ID("3xqbfdg2lq7zkcbvxcdsqzjv5a")
+	if err := r.Claim(id, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(id, b); !errors.Is(err, sandbox.ErrExists) || sandbox.IDOf(err) != id {
+		t.Errorf("second Claim = %v, want already exists naming %s", err, id)
+	}
+	r.Forget(id, b) // not what id holds: no effect
+	if got, ok := r.Get(id); !ok || got != a {
+		t.Errorf("Get after Forget of another = %v, %v", got, ok)
+	}
+	if got := r.Adopt(id, b, func(*int) bool { return true }); got != a {
+		t.Errorf("Adopt keeping the held one returned %p, want %p", got, a)
+	}
+	if got := r.Adopt(id, b, func(*int) bool { return false }); got != b {
+		t.Errorf("Adopt replacing returned %p, want %p", got, b)
+	}
+	r.Forget(id, b)
+	if _, ok := r.Get(id); ok {
+		t.Errorf("Get after Forget found the record")
+	}
+}
+
+// A pinned process is held only while it is the one that started at the
+// recorded time; its watch sees it exit.
+func TestPinAndWatch(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	start, err := ProcStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pin(cmd.Process.Pid, start+1); err == nil {
+		t.Fatalf("Pin with another start time succeeded: a reused pid would be taken for the process")
+	}
+	p, err := Pin(cmd.Process.Pid, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Watch()
+	if p.Exited() {
+		t.Fatalf("a running process counts as exited")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the watch did not see the process exit")
+	}
+	if e := p.ExitStatus(); e.Code != -1 || e.Reason != sandbox.ReasonExited {
+		t.Errorf("exit of a pinned process = %+v, want code -1 (unknown)", e)
+	}
+	var none Proc
+	if !none.Exited() || none.Held() {
+		t.Errorf("the zero Proc: exited %v, held %v; want exited, not held", none.Exited(), none.Held())
+	}
+}

@@ -1,0 +1,278 @@
+// This file implements the audit log (SECURITY.md AP-14): every create,
+// delete, expiry, exec, process signal and stdin, and file call is recorded
+// with its time, key, sandbox, action, target and outcome, never contents,
+// environment values, stdin or secrets. A call only queues its record: one
+// writer batches records into the store and the log (component=audit), so exec
+// never waits for SQLite. When the bounded queue is full, records are dropped
+// and counted, and the writer warns.
+
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"sbx/internal/logkey"
+	"sbx/internal/sandbox"
+	"sbx/internal/store"
+)
+
+// AuditRecord is one audited call; AuditQuery selects records.
+type (
+	AuditRecord = store.AuditRecord
+	AuditQuery  = store.AuditQuery
+)
+
+const (
+	// auditQueue bounds the records waiting for the writer.
+	auditQueue = 8192
+	// auditBatch bounds the records written in one transaction.
+	auditBatch = 512
+	// pruneInterval is how often old audit records and idempotency keys go.
+	pruneInterval = 10 * time.Minute
+	// auditFlushWait bounds how long a read of the log waits for records
+	// queued before it.
+	auditFlushWait = 2 * time.Second
+	// Bounds of a record's fields, in bytes.
+	maxAuditTarget = 1024
+	maxAuditDetail = 256
+	// MaxAuditLimit bounds the records one query returns.
+	MaxAuditLimit = 1000
+)
+
+// auditItem is a record, or a flush marker closed once every record queued
+// before it is written.
+type auditItem struct {
+	rec   store.AuditRecord
+	flush chan struct{}
+}
+
+// auditLog is the queue between calls and the writer.
+type auditLog struct {
+	ch      chan auditItem
+	dropped atomic.Int64 // since the writer last warned
+	log     *slog.Logger
+	stop    chan struct{} // closed by Close: drain and end
+}
+
+// auditOutcomes maps error classes to the code names the API uses, in the
+// API's order (httpapi's test checks the two agree).
+var auditOutcomes = []struct {
+	err  error
+	code string
+}{
+	{sandbox.ErrUnauthenticated, "unauthenticated"},
+	{sandbox.ErrNotFound, "not_found"},
+	{sandbox.ErrInvalid, "invalid_argument"},
+	{sandbox.ErrTooLarge, "out_of_range"},
+	{sandbox.ErrDenied, "permission_denied"},
+	{sandbox.ErrExists, "already_exists"},
+	{sandbox.ErrWrongState, "failed_precondition"},
+	{sandbox.ErrLimit, "resource_exhausted"},
+	{sandbox.ErrIsolation, "isolation_unavailable"},
+	{sandbox.ErrUnavailable, "unavailable"},
+	{sandbox.ErrTimeout, "deadline_exceeded"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+	{sandbox.ErrAgentLost, "agent_lost"},
+	{errors.ErrUnsupported, "unimplemented"},
+	{context.Canceled, "canceled"},
+}
+
+// AuditOutcome is the outcome an audit record gives err: "ok" for nil, else the
+// code name of its class ("internal" when it has none).
+func AuditOutcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	for _, o := range auditOutcomes {
+		if errors.Is(err, o.err) {
+			return o.code
+		}
+	}
+	return "internal"
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// audit queues the record of a call by ctx's key on sandbox id. It never
+// blocks: with the queue full, the record is dropped and counted.
+func (m *Manager) audit(ctx context.Context, id sandbox.ID, action, target, detail string, err error) {
+	m.auditAs(keyID(ctx), id, action, target, detail, err)
+}
+
+// auditAs is audit for key keyID.
+func (m *Manager) auditAs(keyID string, id sandbox.ID, action, target, detail string, err error) {
+	rec := store.AuditRecord{
+		At:        m.now(),
+		KeyID:     keyID,
+		SandboxID: clip(string(id), 64),
+		Action:    action,
+		Target:    clip(target, maxAuditTarget),
+		Outcome:   AuditOutcome(err),
+		Detail:    clip(detail, maxAuditDetail),
+	}
+	select {
+	case m.auditLog.ch <- auditItem{rec: rec}:
+	default:
+		m.auditLog.dropped.Add(1)
+	}
+}
+
+// startAudit starts the writer; Close stops it after the last record.
+func (m *Manager) startAudit() {
+	m.auditLoop.Go(m.writeAudit)
+}
+
+// writeAudit is the writer: it batches queued records into the store and the
+// log, and prunes old records and idempotency keys every pruneInterval.
+func (m *Manager) writeAudit() {
+	ctx := context.WithoutCancel(m.lifetime) // records queued before Close are still written
+	a := &m.auditLog
+	m.prune(ctx)
+	tick := time.NewTicker(pruneInterval)
+	defer tick.Stop()
+	batch := make([]store.AuditRecord, 0, auditBatch)
+	var flushes []chan struct{}
+	add := func(it auditItem) {
+		if it.flush != nil {
+			flushes = append(flushes, it.flush)
+		} else {
+			batch = append(batch, it.rec)
+		}
+	}
+	write := func() {
+		m.storeAudit(ctx, batch)
+		for _, f := range flushes {
+			close(f)
+		}
+		batch, flushes = batch[:0], flushes[:0]
+		if n := a.dropped.Swap(0); n > 0 {
+			a.log.WarnContext(ctx, "audit records dropped: the queue was full", "dropped", n, "queue", auditQueue)
+		}
+	}
+	for {
+		select {
+		case it := <-a.ch:
+			add(it)
+		drain:
+			for len(batch) < auditBatch {
+				select {
+				case it := <-a.ch:
+					add(it)
+				default:
+					break drain
+				}
+			}
+			write()
+		case <-tick.C:
+			m.prune(ctx)
+		case <-a.stop:
+			for len(a.ch) > 0 { // this goroutine alone receives: no wait
+				add(<-a.ch)
+				if len(batch) >= auditBatch {
+					write()
+				}
+			}
+			write()
+			return
+		}
+	}
+}
+
+// storeAudit writes recs to the store, then to the log.
+func (m *Manager) storeAudit(ctx context.Context, recs []store.AuditRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	a := &m.auditLog
+	if err := m.store.AppendAudit(ctx, recs); err != nil {
+		a.log.ErrorContext(ctx, "writing audit records failed; they are in this log only", "records", len(recs), logkey.Err, err)
+	}
+	for _, r := range recs {
+		attrs := []slog.Attr{slog.String("action", r.Action), slog.String(logkey.KeyID, r.KeyID),
+			slog.String(logkey.SandboxID, r.SandboxID), slog.String("target", r.Target), slog.String("outcome", r.Outcome)}
+		if r.Detail != "" {
+			attrs = append(attrs, slog.String("detail", r.Detail))
+		}
+		a.log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+	}
+}
+
+// flushAudit waits, boundedly, until the records queued before it are written.
+func (m *Manager) flushAudit(ctx context.Context) {
+	done := make(chan struct{})
+	t := time.NewTimer(auditFlushWait)
+	defer t.Stop()
+	select {
+	case m.auditLog.ch <- auditItem{flush: done}:
+	case <-ctx.Done():
+		return
+	case <-t.C:
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// prune deletes audit records beyond the retention and idempotency keys past
+// theirs.
+func (m *Manager) prune(ctx context.Context) {
+	now := m.now()
+	var before time.Time
+	if m.auditRetention > 0 {
+		before = now.Add(-m.auditRetention)
+	}
+	if !before.IsZero() || m.auditMaxRecords > 0 {
+		n, err := m.store.PruneAudit(ctx, before, m.auditMaxRecords)
+		if err != nil {
+			m.auditLog.log.WarnContext(ctx, "pruning the audit log", logkey.Err, err)
+		} else if n > 0 {
+			m.auditLog.log.DebugContext(ctx, "pruned the audit log", "records", n)
+		}
+	}
+	if _, err := m.store.PruneIdempotency(ctx, now.Add(-IdempotencyTTL)); err != nil {
+		m.log.WarnContext(ctx, "pruning idempotency keys", logkey.Err, err)
+	}
+}
+
+// Audit returns the audit records q selects, newest first. The admin key reads
+// every key's records; any other key reads only its own (naming another key is
+// ErrDenied). Records queued before the call are included.
+func (m *Manager) Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+	const op = "audit"
+	k, ok := KeyFrom(ctx)
+	if !ok || k.ID == "" {
+		return nil, &sandbox.Error{Op: op, Err: fmt.Errorf("%w: reading the audit log needs an API key", sandbox.ErrDenied)}
+	}
+	if !k.Admin {
+		if q.KeyID != "" && q.KeyID != k.ID {
+			return nil, &sandbox.Error{Op: op, Err: fmt.Errorf("%w: key %s reads only its own audit records; only the admin key reads those of key %s",
+				sandbox.ErrDenied, k.ID, clip(q.KeyID, 64))}
+		}
+		q.KeyID = k.ID
+	}
+	switch {
+	case q.Limit <= 0:
+		q.Limit = 100
+	case q.Limit > MaxAuditLimit:
+		q.Limit = MaxAuditLimit
+	}
+	m.flushAudit(ctx)
+	recs, err := m.store.ListAudit(ctx, q)
+	if err != nil {
+		return nil, &sandbox.Error{Op: op, Err: err}
+	}
+	return recs, nil
+}
