@@ -8,28 +8,22 @@ package client
 
 import (
 	"archive/tar"
-	"bufio"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
 	"strings"
 
 	"sbx/api/openapi"
 	"sbx/internal/sandbox"
+	"sbx/internal/tarsafe"
 )
 
 // Extraction caps on this machine: the same as a sandbox's defaults.
 const (
-	DefaultExtractMaxBytes   = 8 << 30 // uncompressed archive bytes, and file bytes written
-	DefaultExtractMaxEntries = 100_000 // entries plus the directories created for them
-	ExtractMaxDepth          = 64      // components of an entry name
-	extractMaxName           = 4096    // bytes of an entry name or link target
-	extractMaxComponent      = 255     // bytes of one name component
-	maxSkipReport            = 100
+	DefaultExtractMaxBytes   = tarsafe.DefaultMaxBytes   // uncompressed archive bytes, and file bytes written
+	DefaultExtractMaxEntries = tarsafe.DefaultMaxEntries // entries plus the directories created for them
 )
 
 // ExtractLimits caps ExtractArchive; zero fields mean the defaults.
@@ -110,24 +104,19 @@ type extractor struct {
 	root    *os.Root
 	lim     ExtractLimits
 	res     *ExtractResult
-	in      *countReader
+	in      *tarsafe.Reader
 	counted int64
 	checked string // the last parent directory checked to be a real directory
 	buf     []byte
 }
 
 func (x *extractor) run(r io.Reader) error {
-	br := bufio.NewReaderSize(r, 32<<10)
-	var in io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return fmt.Errorf("%w: reading the archive: %v", sandbox.ErrInvalid, err)
-		}
-		defer zr.Close()
-		in = zr
+	in, err := tarsafe.NewReader(r, x.lim.MaxBytes, "max_bytes")
+	if err != nil {
+		return ruleErr(err)
 	}
-	x.in = &countReader{r: in, max: x.lim.MaxBytes}
+	defer in.Close()
+	x.in = in
 	x.buf = make([]byte, 32<<10)
 	tr := tar.NewReader(x.in)
 	for {
@@ -146,48 +135,28 @@ func (x *extractor) run(r io.Reader) error {
 
 // readFailed classifies an error reading the archive: a cap keeps its class.
 func readFailed(err error) error {
-	if errors.Is(err, sandbox.ErrTooLarge) {
+	if errors.Is(err, sandbox.ErrTooLarge) || errors.Is(err, sandbox.ErrInvalid) {
 		return err
 	}
-	return fmt.Errorf("%w: reading the archive: %v", sandbox.ErrInvalid, err)
+	return ruleErr(tarsafe.ReadError(err))
 }
 
-func quote(name string) string {
-	if len(name) > 200 {
-		name = name[:200] + "…"
+// ruleErr gives an archive rule's error (tarsafe.Error) its error class.
+func ruleErr(err error) error {
+	var te *tarsafe.Error
+	if !errors.As(err, &te) {
+		return err
 	}
-	return strconv.Quote(name)
+	if te.TooLarge {
+		return fmt.Errorf("%w: %s", sandbox.ErrTooLarge, te.Msg)
+	}
+	return fmt.Errorf("%w: %s", sandbox.ErrInvalid, te.Msg)
 }
 
 // components splits an entry name beneath the destination; see ExtractArchive.
 func components(what, name string) ([]string, error) {
-	switch {
-	case name == "":
-		return nil, fmt.Errorf("%w: %s has an empty name", sandbox.ErrInvalid, what)
-	case strings.IndexByte(name, 0) >= 0:
-		return nil, fmt.Errorf("%w: %s %s: the name contains a NUL byte", sandbox.ErrInvalid, what, quote(name))
-	case len(name) > extractMaxName:
-		return nil, fmt.Errorf("%w: %s %s: the name is longer than %d bytes (max_name_bytes)", sandbox.ErrTooLarge, what, quote(name), extractMaxName)
-	case name[0] == '/':
-		return nil, fmt.Errorf("%w: %s %s: absolute names are not extracted", sandbox.ErrInvalid, what, quote(name))
-	}
-	var comps []string
-	for c := range strings.SplitSeq(name, "/") {
-		switch {
-		case c == "" || c == ".":
-			continue
-		case c == ".." || strings.ContainsRune(c, '\\'):
-			// A backslash is a separator on some systems, which could hide "..".
-			return nil, fmt.Errorf("%w: %s %s: names with '..' or '\\' are not extracted", sandbox.ErrInvalid, what, quote(name))
-		case len(c) > extractMaxComponent:
-			return nil, fmt.Errorf("%w: %s %s: a name component is longer than %d bytes (max_name_bytes)", sandbox.ErrTooLarge, what, quote(name), extractMaxComponent)
-		}
-		comps = append(comps, c)
-	}
-	if len(comps) > ExtractMaxDepth {
-		return nil, fmt.Errorf("%w: %s %s is %d levels deep; the cap is %d (max_depth)", sandbox.ErrTooLarge, what, quote(name), len(comps), ExtractMaxDepth)
-	}
-	return comps, nil
+	comps, err := tarsafe.Components(what, name)
+	return comps, ruleErr(err)
 }
 
 func (x *extractor) count() error {
@@ -200,7 +169,7 @@ func (x *extractor) count() error {
 
 func (x *extractor) skip(hdr *tar.Header, typ, reason string) error {
 	x.res.SkippedCount++
-	if len(x.res.Skipped) < maxSkipReport {
+	if len(x.res.Skipped) < tarsafe.MaxSkipReport {
 		x.res.Skipped = append(x.res.Skipped, openapi.ArchiveSkip{Name: hdr.Name, Type: typ, Reason: reason})
 	}
 	return nil
@@ -217,22 +186,14 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeCont, tar.TypeGNUSparse, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
-	case tar.TypeChar:
-		return x.skip(hdr, "char device", "device nodes are not extracted")
-	case tar.TypeBlock:
-		return x.skip(hdr, "block device", "device nodes are not extracted")
-	case tar.TypeFifo:
-		return x.skip(hdr, "fifo", "FIFOs are not extracted")
-	default:
-		return x.skip(hdr, fmt.Sprintf("type %q", hdr.Typeflag), "entries of this type are not extracted")
+	if typ, reason, skip := tarsafe.Skipped(hdr); skip {
+		return x.skip(hdr, typ, reason)
 	}
 	if len(comps) == 0 {
 		if hdr.Typeflag == tar.TypeDir {
 			return nil
 		}
-		return fmt.Errorf("%w: entry %s names the destination directory itself", sandbox.ErrInvalid, quote(hdr.Name))
+		return fmt.Errorf("%w: entry %s names the destination directory itself", sandbox.ErrInvalid, tarsafe.Quote(hdr.Name))
 	}
 	if err := x.parents(comps[:len(comps)-1], hdr.Name, true); err != nil {
 		return err
@@ -275,9 +236,9 @@ func (x *extractor) parents(comps []string, entry string, create bool) error {
 		case err != nil:
 			return err
 		case fi.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%w: entry %s: %s is a symlink, and extraction never follows symlinks", sandbox.ErrInvalid, quote(entry), quote(rel))
+			return fmt.Errorf("%w: entry %s: %s is a symlink, and extraction never follows symlinks", sandbox.ErrInvalid, tarsafe.Quote(entry), tarsafe.Quote(rel))
 		case !fi.IsDir():
-			return fmt.Errorf("%w: entry %s: %s exists and is not a directory", sandbox.ErrExists, quote(entry), quote(rel))
+			return fmt.Errorf("%w: entry %s: %s exists and is not a directory", sandbox.ErrExists, tarsafe.Quote(entry), tarsafe.Quote(rel))
 		}
 	}
 	x.checked = key
@@ -294,7 +255,7 @@ func (x *extractor) clear(rel, entry string) error {
 	case err != nil:
 		return err
 	case fi.IsDir():
-		return fmt.Errorf("%w: entry %s: a directory exists at %s", sandbox.ErrExists, quote(entry), quote(rel))
+		return fmt.Errorf("%w: entry %s: a directory exists at %s", sandbox.ErrExists, tarsafe.Quote(entry), tarsafe.Quote(rel))
 	}
 	return x.root.Remove(rel)
 }
@@ -310,17 +271,17 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	case err != nil:
 		return err
 	case !fi.IsDir():
-		return fmt.Errorf("%w: entry %s: %s exists and is not a directory", sandbox.ErrExists, quote(hdr.Name), quote(rel))
+		return fmt.Errorf("%w: entry %s: %s exists and is not a directory", sandbox.ErrExists, tarsafe.Quote(hdr.Name), tarsafe.Quote(rel))
 	}
 	return x.root.Chmod(rel, mode)
 }
 
 func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	if hdr.Size < 0 {
-		return fmt.Errorf("%w: entry %s has a negative size", sandbox.ErrInvalid, quote(hdr.Name))
+		return fmt.Errorf("%w: entry %s has a negative size", sandbox.ErrInvalid, tarsafe.Quote(hdr.Name))
 	}
-	if used := max(x.in.n, x.res.Bytes); hdr.Size > x.lim.MaxBytes-used {
-		return fmt.Errorf("%w: entry %s (%d bytes) takes the archive past %d bytes uncompressed (max_bytes)", sandbox.ErrTooLarge, quote(hdr.Name), hdr.Size, x.lim.MaxBytes)
+	if used := max(x.in.Count(), x.res.Bytes); hdr.Size > x.lim.MaxBytes-used {
+		return fmt.Errorf("%w: entry %s (%d bytes) takes the archive past %d bytes uncompressed (max_bytes)", sandbox.ErrTooLarge, tarsafe.Quote(hdr.Name), hdr.Size, x.lim.MaxBytes)
 	}
 	if err := x.clear(rel, hdr.Name); err != nil {
 		return err
@@ -347,13 +308,8 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 }
 
 func (x *extractor) symlink(rel string, hdr *tar.Header) error {
-	switch target := hdr.Linkname; {
-	case target == "":
-		return fmt.Errorf("%w: entry %s: the symlink has no target", sandbox.ErrInvalid, quote(hdr.Name))
-	case strings.IndexByte(target, 0) >= 0:
-		return fmt.Errorf("%w: entry %s: the symlink target contains a NUL byte", sandbox.ErrInvalid, quote(hdr.Name))
-	case len(target) > extractMaxName:
-		return fmt.Errorf("%w: entry %s: the symlink target is longer than %d bytes (max_name_bytes)", sandbox.ErrTooLarge, quote(hdr.Name), extractMaxName)
+	if err := tarsafe.SymlinkTarget(hdr); err != nil {
+		return ruleErr(err)
 	}
 	if err := x.clear(rel, hdr.Name); err != nil {
 		return err
@@ -364,17 +320,17 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 // link makes a hardlink. The destination started empty, so every regular file
 // in it is one this archive extracted.
 func (x *extractor) link(rel string, hdr *tar.Header) error {
-	tcomps, err := components(fmt.Sprintf("entry %s: hardlink target", quote(hdr.Name)), hdr.Linkname)
+	tcomps, err := components(fmt.Sprintf("entry %s: hardlink target", tarsafe.Quote(hdr.Name)), hdr.Linkname)
 	if err != nil {
 		return err
 	}
-	notOurs := fmt.Errorf("%w: entry %s: hardlink target %s is not a file this archive extracted", sandbox.ErrInvalid, quote(hdr.Name), quote(hdr.Linkname))
+	notOurs := fmt.Errorf("%w: entry %s: hardlink target %s is not a file this archive extracted", sandbox.ErrInvalid, tarsafe.Quote(hdr.Name), tarsafe.Quote(hdr.Linkname))
 	if len(tcomps) == 0 {
 		return notOurs
 	}
 	target := strings.Join(tcomps, "/")
 	if target == rel {
-		return fmt.Errorf("%w: entry %s is a hardlink to itself", sandbox.ErrInvalid, quote(hdr.Name))
+		return fmt.Errorf("%w: entry %s is a hardlink to itself", sandbox.ErrInvalid, tarsafe.Quote(hdr.Name))
 	}
 	if err := x.parents(tcomps[:len(tcomps)-1], hdr.Name, false); err != nil {
 		return notOurs
@@ -386,31 +342,6 @@ func (x *extractor) link(rel string, hdr *tar.Header) error {
 		return err
 	}
 	return x.root.Link(target, rel)
-}
-
-// countReader counts the uncompressed archive and fails past max.
-type countReader struct {
-	r      io.Reader
-	n, max int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	if c.n > c.max {
-		return 0, c.err()
-	}
-	if rem := c.max - c.n + 1; rem > 0 && int64(len(p)) > rem {
-		p = p[:rem]
-	}
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > c.max {
-		return n, c.err()
-	}
-	return n, err
-}
-
-func (c *countReader) err() error {
-	return fmt.Errorf("%w: the archive is larger than %d bytes uncompressed (max_bytes)", sandbox.ErrTooLarge, c.max)
 }
 
 // countWriter counts file content against MaxBytes (a sparse entry expands).

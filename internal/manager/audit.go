@@ -32,6 +32,9 @@ const (
 	auditQueue = 8192
 	// auditBatch bounds the records written in one transaction.
 	auditBatch = 512
+	// auditLinger is how long the writer waits for more records after the
+	// first of a batch.
+	auditLinger = 50 * time.Millisecond
 	// pruneInterval is how often old audit records and idempotency keys go.
 	pruneInterval = 10 * time.Minute
 	// auditFlushWait bounds how long a read of the log waits for records
@@ -163,15 +166,22 @@ func (m *Manager) writeAudit() {
 		select {
 		case it := <-a.ch:
 			add(it)
-		drain:
-			for len(batch) < auditBatch {
+			// Linger for more: one transaction per burst, not per call, so
+			// the store's single writer is rarely taken from a create's
+			// commit. A flush (a reader of the log waits) writes at once.
+			linger := time.NewTimer(auditLinger)
+		collect:
+			for len(batch) < auditBatch && len(flushes) == 0 {
 				select {
 				case it := <-a.ch:
 					add(it)
-				default:
-					break drain
+				case <-linger.C:
+					break collect
+				case <-a.stop:
+					break collect // the next round drains the rest
 				}
 			}
+			linger.Stop()
 			write()
 		case <-tick.C:
 			m.prune(ctx)

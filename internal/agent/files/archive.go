@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/tarsafe"
 )
 
 // Archive caps. Extraction takes the bytes and entries caps from
@@ -24,19 +24,15 @@ import (
 const (
 	// DefaultArchiveMaxBytes bounds the uncompressed size of an archive (its tar
 	// stream, headers included) and the file bytes it writes.
-	DefaultArchiveMaxBytes = 8 << 30
+	DefaultArchiveMaxBytes = tarsafe.DefaultMaxBytes
 	// DefaultArchiveMaxEntries bounds the entries read from an archive plus the
 	// parent directories extraction creates for them.
-	DefaultArchiveMaxEntries = 100_000
+	DefaultArchiveMaxEntries = tarsafe.DefaultMaxEntries
 	// ArchiveMaxDepth bounds the components of an entry name, and how deep a
 	// download walks.
-	ArchiveMaxDepth = 64
+	ArchiveMaxDepth = tarsafe.MaxDepth
 	// ArchiveMaxName bounds an entry name and a symlink or hardlink target.
-	ArchiveMaxName = MaxPath
-	// archiveMaxComponent is NAME_MAX: the longest one component may be.
-	archiveMaxComponent = 255
-	// maxSkipReport bounds the skipped entries an extraction lists by name.
-	maxSkipReport = 100
+	ArchiveMaxName = tarsafe.MaxName
 )
 
 // ArchiveLimits caps one extraction; zero fields mean the defaults.
@@ -62,59 +58,24 @@ func (l ArchiveLimits) WithDefaults() ArchiveLimits {
 	return l
 }
 
-// sizeText writes n bytes for a message: the exact count, and in MiB or GiB
-// when it is a whole number of them ("8589934592 bytes (8 GiB)").
-func sizeText(n int64) string {
-	s := strconv.FormatInt(n, 10) + " bytes"
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		s += " (" + strconv.FormatInt(n>>30, 10) + " GiB)"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		s += " (" + strconv.FormatInt(n>>20, 10) + " MiB)"
-	}
-	return s
-}
-
-// quoteName quotes an entry name for a message, shortened: names come from
-// the archive and may hold anything but NUL.
-func quoteName(name string) string {
-	if len(name) > 200 {
-		name = name[:200] + "…"
-	}
-	return strconv.Quote(name)
-}
-
-// entryPath splits an archive entry name into its components, beneath the
-// destination. Absolute names and ".." are refused (Invalid); names past the
-// depth or length caps are TooLarge. "." components and repeated slashes go;
-// an empty result names the destination itself.
+// entryPath splits an archive entry name into its components beneath the
+// destination, by tarsafe's rules (Invalid or TooLarge otherwise).
 func entryPath(what, name string) ([]string, error) {
-	switch {
-	case name == "":
-		return nil, errorf(Invalid, "%s has an empty name", what)
-	case strings.IndexByte(name, 0) >= 0:
-		return nil, errorf(Invalid, "%s %s: the name contains a NUL byte", what, quoteName(name))
-	case len(name) > ArchiveMaxName:
-		return nil, errorf(TooLarge, "%s %s: the name is longer than %d bytes (max_name_bytes)", what, quoteName(name), ArchiveMaxName)
-	case name[0] == '/':
-		return nil, errorf(Invalid, "%s %s: absolute names are not extracted", what, quoteName(name))
+	comps, err := tarsafe.Components(what, name)
+	return comps, ruleErr(err)
+}
+
+// ruleErr gives an archive rule's error (tarsafe.Error) this package's kind.
+func ruleErr(err error) error {
+	var te *tarsafe.Error
+	if !errors.As(err, &te) {
+		return err
 	}
-	var comps []string
-	for c := range strings.SplitSeq(name, "/") {
-		switch {
-		case c == "" || c == ".":
-			continue
-		case c == "..":
-			return nil, errorf(Invalid, "%s %s: names with '..' are not extracted", what, quoteName(name))
-		case len(c) > archiveMaxComponent:
-			return nil, errorf(TooLarge, "%s %s: a name component is longer than %d bytes (max_name_bytes)", what, quoteName(name), archiveMaxComponent)
-		}
-		comps = append(comps, c)
+	k := Invalid
+	if te.TooLarge {
+		k = TooLarge
 	}
-	if len(comps) > ArchiveMaxDepth {
-		return nil, errorf(TooLarge, "%s %s is %d levels deep; the cap is %d (max_depth)", what, quoteName(name), len(comps), ArchiveMaxDepth)
-	}
-	return comps, nil
+	return &Error{Kind: k, Msg: te.Msg, Err: err}
 }
 
 // openDirAt opens name in dir as a directory, never following a symlink.

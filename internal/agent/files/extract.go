@@ -11,7 +11,6 @@ package files
 import (
 	"archive/tar"
 	"bufio"
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -24,6 +23,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/tarsafe"
 )
 
 // Skip is an archive entry extraction left out, and why.
@@ -156,7 +157,7 @@ type extraction struct {
 	lim      ArchiveLimits
 	token    string // names this extraction's backups and journal
 	seq      int
-	in       *capReader
+	in       *tarsafe.Reader
 	buf      []byte
 	counted  int64 // entries read plus directories created, against MaxEntries
 	// ours holds every file this extraction created: only those may be
@@ -183,17 +184,12 @@ func (x *extraction) isOurs(st *unix.Stat_t) bool {
 
 func (x *extraction) run(body io.Reader) error {
 	defer x.closeCache()
-	br := bufio.NewReaderSize(body, 32<<10)
-	var in io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return readErr(err)
-		}
-		defer zr.Close()
-		in = zr
+	in, err := tarsafe.NewReader(body, x.lim.MaxBytes, x.lim.BytesCap)
+	if err != nil {
+		return ruleErr(err)
 	}
-	x.in = &capReader{r: in, max: x.lim.MaxBytes, name: x.lim.BytesCap}
+	defer in.Close()
+	x.in = in
 	x.buf = make([]byte, 32<<10)
 	tr := tar.NewReader(x.in)
 	for {
@@ -217,7 +213,7 @@ func readErr(err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return &Error{Kind: Invalid, Msg: "reading the archive: " + err.Error(), Err: err}
+	return ruleErr(tarsafe.ReadError(err))
 }
 
 func (x *extraction) count() error {
@@ -230,7 +226,7 @@ func (x *extraction) count() error {
 
 func (x *extraction) skip(hdr *tar.Header, typ, reason string) error {
 	x.res.SkippedCount++
-	if len(x.res.Skipped) < maxSkipReport {
+	if len(x.res.Skipped) < tarsafe.MaxSkipReport {
 		x.res.Skipped = append(x.res.Skipped, Skip{Name: hdr.Name, Type: typ, Reason: reason})
 	}
 	return nil
@@ -247,22 +243,14 @@ func (x *extraction) entry(tr *tar.Reader, hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeCont, tar.TypeGNUSparse, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
-	case tar.TypeChar:
-		return x.skip(hdr, "char device", "device nodes are not extracted")
-	case tar.TypeBlock:
-		return x.skip(hdr, "block device", "device nodes are not extracted")
-	case tar.TypeFifo:
-		return x.skip(hdr, "fifo", "FIFOs are not extracted")
-	default:
-		return x.skip(hdr, fmt.Sprintf("type %q", hdr.Typeflag), "entries of this type are not extracted")
+	if typ, reason, skip := tarsafe.Skipped(hdr); skip {
+		return x.skip(hdr, typ, reason)
 	}
 	if len(comps) == 0 {
 		if hdr.Typeflag == tar.TypeDir {
 			return nil // "./": the destination itself, which keeps its mode
 		}
-		return errorf(Invalid, "entry %s names the destination directory itself", quoteName(hdr.Name))
+		return errorf(Invalid, "entry %s names the destination directory itself", tarsafe.Quote(hdr.Name))
 	}
 	parent, parentOurs, err := x.parent(comps[:len(comps)-1], hdr.Name)
 	if err != nil {
@@ -342,9 +330,9 @@ func (x *extraction) notDir(dir int, name, rel, entry string, err error) error {
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 		var st unix.Stat_t
 		if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && isLink(st.Mode) {
-			return errorf(Invalid, "entry %s: '%s' is a symlink, and extraction never follows symlinks", quoteName(entry), x.wire(rel))
+			return errorf(Invalid, "entry %s: '%s' is a symlink, and extraction never follows symlinks", tarsafe.Quote(entry), x.wire(rel))
 		}
-		return errorf(Exists, "entry %s: '%s' exists and is not a directory", quoteName(entry), x.wire(rel))
+		return errorf(Exists, "entry %s: '%s' exists and is not a directory", tarsafe.Quote(entry), x.wire(rel))
 	}
 	return pathErr(x.wire(rel), err)
 }
@@ -409,7 +397,7 @@ func (x *extraction) dir(parent int, parentOurs bool, name, rel string, hdr *tar
 	case err != nil:
 		return pathErr(x.wire(rel), err)
 	case !isDir(st.Mode):
-		return errorf(Exists, "entry %s: '%s' exists and is not a directory", quoteName(hdr.Name), x.wire(rel))
+		return errorf(Exists, "entry %s: '%s' exists and is not a directory", tarsafe.Quote(hdr.Name), x.wire(rel))
 	case !x.isOurs(&st):
 		return nil // a directory that was there keeps its mode
 	}
@@ -434,7 +422,7 @@ func (x *extraction) prepare(parent int, parentOurs bool, name, rel, entry strin
 	case err != nil:
 		return pathErr(x.wire(rel), err)
 	case isDir(st.Mode):
-		return errorf(Exists, "entry %s: a directory exists at '%s'", quoteName(entry), x.wire(rel))
+		return errorf(Exists, "entry %s: a directory exists at '%s'", tarsafe.Quote(entry), x.wire(rel))
 	case parentOurs || x.isOurs(&st):
 		if err := unix.Unlinkat(parent, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return pathErr(x.wire(rel), err)
@@ -470,10 +458,10 @@ func (x *extraction) own(st *unix.Stat_t, parentOurs bool, rel string) error {
 
 func (x *extraction) file(parent int, parentOurs bool, name, rel string, hdr *tar.Header, r io.Reader) error {
 	if hdr.Size < 0 {
-		return errorf(Invalid, "entry %s has a negative size", quoteName(hdr.Name))
+		return errorf(Invalid, "entry %s has a negative size", tarsafe.Quote(hdr.Name))
 	}
-	if used := max(x.in.n, x.res.Bytes); hdr.Size > x.lim.MaxBytes-used {
-		return errorf(TooLarge, "entry %s (%d bytes) takes the archive past %s uncompressed (%s)", quoteName(hdr.Name), hdr.Size, sizeText(x.lim.MaxBytes), x.lim.BytesCap)
+	if used := max(x.in.Count(), x.res.Bytes); hdr.Size > x.lim.MaxBytes-used {
+		return errorf(TooLarge, "entry %s (%d bytes) takes the archive past %s uncompressed (%s)", tarsafe.Quote(hdr.Name), hdr.Size, tarsafe.SizeText(x.lim.MaxBytes), x.lim.BytesCap)
 	}
 	if err := x.prepare(parent, parentOurs, name, rel, hdr.Name); err != nil {
 		return err
@@ -507,13 +495,8 @@ func (x *extraction) file(parent int, parentOurs bool, name, rel string, hdr *ta
 
 func (x *extraction) symlink(parent int, parentOurs bool, name, rel string, hdr *tar.Header) error {
 	target := hdr.Linkname
-	switch {
-	case target == "":
-		return errorf(Invalid, "entry %s: the symlink has no target", quoteName(hdr.Name))
-	case strings.IndexByte(target, 0) >= 0:
-		return errorf(Invalid, "entry %s: the symlink target contains a NUL byte", quoteName(hdr.Name))
-	case len(target) > ArchiveMaxName:
-		return errorf(TooLarge, "entry %s: the symlink target is longer than %d bytes (max_name_bytes)", quoteName(hdr.Name), ArchiveMaxName)
+	if err := tarsafe.SymlinkTarget(hdr); err != nil {
+		return ruleErr(err)
 	}
 	if err := x.prepare(parent, parentOurs, name, rel, hdr.Name); err != nil {
 		return err
@@ -525,16 +508,16 @@ func (x *extraction) symlink(parent int, parentOurs bool, name, rel string, hdr 
 }
 
 func (x *extraction) link(parent int, parentOurs bool, name, rel string, hdr *tar.Header) error {
-	tcomps, err := entryPath(fmt.Sprintf("entry %s: hardlink target", quoteName(hdr.Name)), hdr.Linkname)
+	tcomps, err := entryPath(fmt.Sprintf("entry %s: hardlink target", tarsafe.Quote(hdr.Name)), hdr.Linkname)
 	if err != nil {
 		return err
 	}
-	notOurs := errorf(Invalid, "entry %s: hardlink target %s is not a file this archive extracted", quoteName(hdr.Name), quoteName(hdr.Linkname))
+	notOurs := errorf(Invalid, "entry %s: hardlink target %s is not a file this archive extracted", tarsafe.Quote(hdr.Name), tarsafe.Quote(hdr.Linkname))
 	if len(tcomps) == 0 {
 		return notOurs
 	}
 	if strings.Join(tcomps, "/") == rel {
-		return errorf(Invalid, "entry %s is a hardlink to itself", quoteName(hdr.Name))
+		return errorf(Invalid, "entry %s is a hardlink to itself", tarsafe.Quote(hdr.Name))
 	}
 	tdir, err := x.lookup(tcomps[:len(tcomps)-1])
 	if err != nil {
@@ -739,33 +722,6 @@ func removeTree(dir int, name string, depth int) error {
 	return err
 }
 
-// capReader counts the uncompressed archive and fails past max, which name
-// says the origin of.
-type capReader struct {
-	r      io.Reader
-	n, max int64
-	name   string
-}
-
-func (c *capReader) Read(p []byte) (int, error) {
-	if c.n > c.max {
-		return 0, c.err()
-	}
-	if rem := c.max - c.n + 1; rem > 0 && int64(len(p)) > rem {
-		p = p[:rem]
-	}
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > c.max {
-		return n, c.err()
-	}
-	return n, err
-}
-
-func (c *capReader) err() error {
-	return errorf(TooLarge, "the archive is larger than %s uncompressed (%s)", sizeText(c.max), c.name)
-}
-
 // capWriter writes one file's content, counting it against MaxBytes: a
 // sparse entry can expand past what the archive's size shows.
 type capWriter struct {
@@ -776,7 +732,7 @@ type capWriter struct {
 
 func (c *capWriter) Write(p []byte) (int, error) {
 	if c.x.res.Bytes+int64(len(p)) > c.x.lim.MaxBytes {
-		return 0, errorf(TooLarge, "the archive writes more than %s (%s)", sizeText(c.x.lim.MaxBytes), c.x.lim.BytesCap)
+		return 0, errorf(TooLarge, "the archive writes more than %s (%s)", tarsafe.SizeText(c.x.lim.MaxBytes), c.x.lim.BytesCap)
 	}
 	n, err := c.w.Write(p)
 	c.x.res.Bytes += int64(n)
