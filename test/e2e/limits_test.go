@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // apiWithHeaders is api with extra request headers; it also returns the response's.
@@ -181,10 +182,14 @@ func TestAuditLogRecordsCalls(t *testing.T) {
 			t.Errorf("the store file %s holds the secret", f)
 		}
 	}
-	logs := d.log.String()
-	if !strings.Contains(logs, "component=audit") || !strings.Contains(logs, "sandbox_id="+id) {
+	// The daemon's stderr reaches d.log through a pipe: allow it a moment.
+	if !waitUntil(5*time.Second, func() bool {
+		logs := d.log.String()
+		return strings.Contains(logs, "component=audit") && strings.Contains(logs, "sandbox_id="+id)
+	}) {
 		t.Errorf("the daemon log has no audit records of %s", id)
 	}
+	logs := d.log.String()
 	if strings.Contains(logs, secret) {
 		t.Errorf("the daemon log holds the secret")
 	}

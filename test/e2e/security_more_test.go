@@ -1077,9 +1077,10 @@ func ap14Control(r *run) error {
 		return fail("no audit record for: %s", strings.Join(missing, "; "))
 	}
 	// The log holds the records too, so its scan can see what they carry.
-	logs := d.log.String()
+	// The daemon's stderr reaches d.log through a pipe: allow it a moment.
 	for _, action := range []string{"create", "exec_start", "write_stdin", "write_file", "upload", "grep", "signal", "delete"} {
-		if !strings.Contains(logs, "action="+action+" key_id="+keyID[d.key]+" sandbox_id="+a) {
+		line := "action=" + action + " key_id=" + keyID[d.key] + " sandbox_id=" + a
+		if !waitUntil(5*time.Second, func() bool { return strings.Contains(d.log.String(), line) }) {
 			return fail("the daemon's log has no %s record of %s", action, a)
 		}
 	}
