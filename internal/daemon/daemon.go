@@ -60,8 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, cfg.TOML())
 		return 0
 	}
-	log := newLogger(stderr, cfg.LogLevel).With(logkey.Component, "daemon")
-	if err := serve(ctx, cfg, log, stdout); err != nil {
+	if err := serve(ctx, cfg, newLogger(stderr, cfg.LogLevel), stdout); err != nil {
 		fmt.Fprintf(stderr, "sbx serve: %v\n", err)
 		return 1
 	}
@@ -75,7 +74,10 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 }
 
 // serve runs the daemon on cfg until ctx ends.
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) (retErr error) {
+// serve runs the daemon. base is the logger every part derives its own from,
+// each adding its component; the daemon's own lines say component=daemon.
+func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.Writer) (retErr error) {
+	log := base.With(logkey.Component, "daemon")
 	dir := cfg.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating data directory: %w", err)
@@ -102,15 +104,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return err
 	}
-	log = log.With("instance", instance)
+	base = base.With("instance", instance)
+	log = base.With(logkey.Component, "daemon")
 
-	drivers, unopened := openDrivers(ctx, cfg, instance, log)
+	drivers, unopened := openDrivers(ctx, cfg, instance, base)
 	m, err := manager.New(ctx, manager.Options{
 		Store:                st,
 		Drivers:              drivers,
 		Unopened:             unopened,
 		Policy:               cfg.Policy,
-		Log:                  log,
+		Log:                  base,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		PoolSize:             cfg.PoolSize,
 		QueueTimeout:         cfg.QueueTimeout,
@@ -155,7 +158,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
 	// output that streams for as long as the command runs.
 	srv := &http.Server{
-		Handler:           newHandler(m, httpapi.Options{Log: log}),
+		Handler:           newHandler(m, httpapi.Options{Log: base}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -191,7 +194,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 // openDrivers opens each configured backend; one that fails is logged and
 // reported unopened, so health shows why.
-func openDrivers(ctx context.Context, cfg config.Config, instance string, log *slog.Logger) ([]manager.NamedDriver, []manager.UnopenedDriver) {
+func openDrivers(ctx context.Context, cfg config.Config, instance string, base *slog.Logger) ([]manager.NamedDriver, []manager.UnopenedDriver) {
+	log := base.With(logkey.Component, "daemon")
 	builtin.Register()
 	exe, err := os.Executable()
 	if err == nil {
@@ -222,7 +226,7 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, log *s
 			DataDir:          dataDir,
 			Instance:         instance,
 			Exe:              exe,
-			Log:              log.With(logkey.Component, "backend", logkey.Backend, name),
+			Log:              base.With(logkey.Backend, name),
 			OutputLimitBytes: cfg.OutputLimitBytes,
 			SpillLimitBytes:  cfg.SpillLimitBytes,
 		})

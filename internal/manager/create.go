@@ -177,11 +177,19 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 
 // rollback destroys what a failed create may have left and drops its record;
 // when Destroy fails the record stays, in state error, for the next start.
+// errDiscardWarm is the rollback cause of a warm sandbox given up (pool
+// drained at shutdown, its agent lost): not a failed create.
+var errDiscardWarm = errors.New("discarding a warm sandbox")
+
 func (m *Manager) rollback(ctx context.Context, nd NamedDriver, id sandbox.ID, cause error) {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	log := m.log.With(logkey.SandboxID, id, logkey.Backend, nd.Name)
-	log.InfoContext(cctx, "create failed; rolling back", logkey.Err, cause)
+	if cause == errDiscardWarm {
+		log.DebugContext(cctx, "discarding a warm sandbox")
+	} else {
+		log.InfoContext(cctx, "create failed; rolling back", logkey.Err, cause)
+	}
 	if err := nd.Driver.Destroy(cctx, id); err != nil {
 		log.ErrorContext(cctx, "rolling back a failed create: destroy failed; the record stays for a retry", logkey.Err, err)
 		m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {

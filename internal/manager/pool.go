@@ -102,7 +102,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 func (m *Manager) discardWarm(ctx context.Context, w *warm) {
 	m.unwatch(w.id)
 	w.client.Close()
-	m.rollback(ctx, w.driver, w.id, errors.New("discarding a warm sandbox"))
+	m.rollback(ctx, w.driver, w.id, errDiscardWarm)
 }
 
 // poolWake asks the refill loop to look again.

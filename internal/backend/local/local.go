@@ -74,7 +74,7 @@ func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{opts: opts, log: log.With(logkey.Component, "backend", logkey.Backend, Name)}, nil
+	return &Driver{opts: opts, log: log.With(logkey.Component, Name)}, nil
 }
 
 func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
