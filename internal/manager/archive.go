@@ -34,10 +34,10 @@ func (m *Manager) UploadArchive(ctx context.Context, id sandbox.ID, dir string, 
 	}
 	lim.QuotaBytes = body.max
 	res, err = c.UploadArchive(ctx, dir, body, lim)
-	if err != nil && body.hit.Load() {
-		return sandbox.ArchiveResult{}, body.tooLarge()
+	if err != nil {
+		return sandbox.ArchiveResult{}, body.failed(ctx, m.callErr(op, id, err))
 	}
-	return res, m.callErr(op, id, err)
+	return res, nil
 }
 
 // DownloadArchive opens directory dir of sandbox id as a tar stream (gzip-

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"sbx/internal/agentclient"
@@ -155,10 +156,10 @@ func (m *Manager) Upload(ctx context.Context, id sandbox.ID, path string, r io.R
 		return sandbox.FileInfo{}, err
 	}
 	fi, err = c.Upload(ctx, path, body, mode)
-	if err != nil && body.hit.Load() {
-		return sandbox.FileInfo{}, body.tooLarge()
+	if err != nil {
+		return sandbox.FileInfo{}, body.failed(ctx, m.callErr(op, id, err))
 	}
-	return fi, m.callErr(op, id, err)
+	return fi, nil
 }
 
 // uploadBody bounds upload r into sandbox id by its disk quota; see Upload.
@@ -192,6 +193,9 @@ type cappedBody struct {
 	hit  atomic.Bool
 	op   string
 	id   sandbox.ID
+
+	mu  sync.Mutex
+	src error // guarded by mu: the caller's stream failed (not EOF)
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
@@ -202,12 +206,38 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 		p = p[:rem] // one byte past the cap tells a stream that ends there from a longer one
 	}
 	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		b.src = err
+		b.mu.Unlock()
+	}
 	b.n += int64(n)
 	if b.n > b.max {
 		b.hit.Store(true)
 		return n - int(b.n-b.max), b.tooLarge()
 	}
 	return n, err
+}
+
+// failed is the error of an upload the agent did not finish (err): past the
+// cap it is too large; when the caller's own stream broke off (too slow, or
+// the connection gone) it says so, rather than blaming the agent whose
+// stream was cut for it.
+func (b *cappedBody) failed(ctx context.Context, err error) error {
+	if b.hit.Load() {
+		return b.tooLarge()
+	}
+	b.mu.Lock()
+	src := b.src
+	b.mu.Unlock()
+	switch {
+	case src == nil:
+		return err
+	case ctx.Err() != nil:
+		return &sandbox.Error{Op: b.op, ID: b.id, Err: fmt.Errorf("reading the upload: the caller went away: %w", context.Cause(ctx))}
+	default:
+		return &sandbox.Error{Op: b.op, ID: b.id, Err: fmt.Errorf("reading the upload: %w", src)}
+	}
 }
 
 // tooLarge is the error of an upload past the cap, naming it and the sandbox.

@@ -3,9 +3,11 @@ package manager
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"sbx/internal/sandbox"
 )
@@ -73,5 +75,28 @@ func TestCappedBody(t *testing.T) {
 		} else if err != nil || b.hit.Load() || n != int64(tc.size) {
 			t.Errorf("%d bytes through a 1024-byte cap: passed %d, %v (hit %t)", tc.size, n, err, b.hit.Load())
 		}
+	}
+}
+
+// An upload whose caller's stream breaks off fails with that stream's error
+// (a timeout stays a timeout for the audit log), not the agent's cut stream;
+// one past the quota is too large; otherwise the agent's error stands.
+func TestUploadSourceFailure(t *testing.T) {
+	agentCut := &sandbox.Error{Op: "upload", ID: "x", Err: fmt.Errorf("%w: the connection to the agent broke", sandbox.ErrAgentLost)}
+	slow := fmt.Errorf("request body too slow: %w", sandbox.ErrTimeout)
+	b := &cappedBody{r: io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(slow)), max: 1 << 20, op: "upload", id: "x"}
+	io.Copy(io.Discard, b)
+	if err := b.failed(t.Context(), agentCut); !errors.Is(err, sandbox.ErrTimeout) || errors.Is(err, sandbox.ErrAgentLost) {
+		t.Errorf("slow caller: failed = %v, want the timeout", err)
+	}
+	b = &cappedBody{r: strings.NewReader(strings.Repeat("x", 10)), max: 5, op: "upload", id: "x"}
+	io.Copy(io.Discard, b)
+	if err := b.failed(t.Context(), agentCut); !errors.Is(err, sandbox.ErrTooLarge) {
+		t.Errorf("past the quota: failed = %v, want too large", err)
+	}
+	b = &cappedBody{r: strings.NewReader("abc"), max: 5, op: "upload", id: "x"}
+	io.Copy(io.Discard, b)
+	if err := b.failed(t.Context(), agentCut); !errors.Is(err, sandbox.ErrAgentLost) {
+		t.Errorf("the caller's stream was whole: failed = %v, want the agent's error", err)
 	}
 }

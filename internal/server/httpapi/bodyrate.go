@@ -20,6 +20,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"sbx/internal/sandbox"
 )
 
 // The defaults of Options.BodyGrace, BodyMinRate and BodyMaxStall.
@@ -150,6 +152,9 @@ type bodyTimeoutError struct {
 	took time.Duration
 	rate bodyRate
 }
+
+// Unwrap classes the error as a timeout wherever it travels (the audit log).
+func (e *bodyTimeoutError) Unwrap() error { return sandbox.ErrTimeout }
 
 func (e *bodyTimeoutError) Error() string {
 	return fmt.Sprintf("request body too slow: %d bytes in %s; a body must average %d bytes a second after its first %s and never pause for %s",
