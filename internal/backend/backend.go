@@ -137,6 +137,10 @@ type Options struct {
 	// OutputLimitBytes and SpillLimitBytes are passed to the agent.
 	OutputLimitBytes int64
 	SpillLimitBytes  int64
+	// ArchiveMaxBytes and ArchiveMaxEntries cap an archive extraction; they
+	// are passed to the agent (0: its defaults).
+	ArchiveMaxBytes   int64
+	ArchiveMaxEntries int64
 }
 
 // Opener opens a driver.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sbx/internal/sandbox"
+	"sbx/internal/tarsafe"
 )
 
 // Config is what `sbx serve` runs with.
@@ -42,6 +43,12 @@ type Config struct {
 	OutputLimitBytes int64 `toml:"output_limit_bytes"`
 	// SpillLimitBytes bounds the full output the agent spills to files per process.
 	SpillLimitBytes int64 `toml:"spill_limit_bytes"`
+	// ArchiveMaxBytes and ArchiveMaxEntries cap one archive extraction in a
+	// sandbox (uncompressed bytes; entries plus the directories made for
+	// them); a request may lower them, not raise them, and the sandbox's disk
+	// quota caps the bytes too. Env SBX_ARCHIVE_MAX_BYTES, SBX_ARCHIVE_MAX_ENTRIES.
+	ArchiveMaxBytes   int64 `toml:"archive_max_bytes"`
+	ArchiveMaxEntries int64 `toml:"archive_max_entries"`
 	// ShutdownTimeout bounds in-flight requests at shutdown.
 	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
 	// LogLevel is debug, info, warn or error.
@@ -91,6 +98,8 @@ func defaults(getenv func(string) string, euid int) Config {
 		QueueTimeout:         60 * time.Second,
 		OutputLimitBytes:     1 * sandbox.MiB,
 		SpillLimitBytes:      256 * sandbox.MiB,
+		ArchiveMaxBytes:      tarsafe.DefaultMaxBytes,
+		ArchiveMaxEntries:    tarsafe.DefaultMaxEntries,
 		ShutdownTimeout:      10 * time.Second,
 		LogLevel:             "info",
 		MaxSandboxes:         1000,
@@ -202,6 +211,12 @@ func checkLimits(c *Config) error {
 	}
 	if c.OutputLimitBytes < 1024 || c.OutputLimitBytes > 64*sandbox.MiB {
 		errs = append(errs, fmt.Errorf("output_limit_bytes: %d is outside [1024, %d]", c.OutputLimitBytes, 64*sandbox.MiB))
+	}
+	if c.ArchiveMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("archive_max_bytes: %d is below 1", c.ArchiveMaxBytes))
+	}
+	if c.ArchiveMaxEntries < 1 {
+		errs = append(errs, fmt.Errorf("archive_max_entries: %d is below 1", c.ArchiveMaxEntries))
 	}
 	if c.SpillLimitBytes < c.OutputLimitBytes {
 		errs = append(errs, fmt.Errorf("spill_limit_bytes: %d is below output_limit_bytes (%d)", c.SpillLimitBytes, c.OutputLimitBytes))

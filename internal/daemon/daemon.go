@@ -223,12 +223,14 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, base *
 			continue
 		}
 		d, err := open(ctx, backend.Options{
-			DataDir:          dataDir,
-			Instance:         instance,
-			Exe:              exe,
-			Log:              base.With(logkey.Backend, name),
-			OutputLimitBytes: cfg.OutputLimitBytes,
-			SpillLimitBytes:  cfg.SpillLimitBytes,
+			DataDir:           dataDir,
+			Instance:          instance,
+			Exe:               exe,
+			Log:               base.With(logkey.Backend, name),
+			OutputLimitBytes:  cfg.OutputLimitBytes,
+			SpillLimitBytes:   cfg.SpillLimitBytes,
+			ArchiveMaxBytes:   cfg.ArchiveMaxBytes,
+			ArchiveMaxEntries: cfg.ArchiveMaxEntries,
 		})
 		if err != nil {
 			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)

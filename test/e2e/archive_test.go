@@ -638,3 +638,30 @@ func procMem(t *testing.T, pid int, key string) int64 {
 	t.Fatalf("no %s in /proc/%d/status", key, pid)
 	return 0
 }
+
+// The daemon's archive_max_entries reaches the agent: an archive past it is
+// refused naming the cap, one within it extracts, and a request may not
+// raise it.
+func TestArchiveCapFromConfig(t *testing.T) {
+	d := startDaemon(t, "", "SBX_ARCHIVE_MAX_ENTRIES=5", "SBX_POOL_SIZE=0")
+	defer d.cleanup()
+	id := d.create(nil)
+	var ents []arEnt
+	for i := range 4 {
+		ents = append(ents, arFile("f"+strconv.Itoa(i), "x"))
+	}
+	if st, b := d.putArchive(id, "/workspace/ok", bytes.NewReader(arTar(t, ents...)), ""); st != 200 {
+		t.Fatalf("control: 4 entries under a cap of 5 = %d %s", st, b)
+	}
+	ents = append(ents, arFile("f4", "x"), arFile("f5", "x"))
+	st, b := d.putArchive(id, "/workspace/big", bytes.NewReader(arTar(t, ents...)), "")
+	if st != 413 || !strings.Contains(string(b), "max_entries") {
+		t.Errorf("6 entries under a configured cap of 5 = %d %s, want 413 naming max_entries", st, b)
+	}
+	if st, b := d.putArchive(id, "/workspace/raised", bytes.NewReader(arTar(t, ents...)), "max_entries=100"); st != 400 && st != 413 {
+		t.Errorf("a request raising the cap = %d %s, want it refused", st, b)
+	}
+	if r := d.sh(id, "ls /workspace/big /workspace/raised 2>/dev/null | wc -l"); strings.TrimSpace(r.Stdout) != "0" {
+		t.Errorf("a refused archive left files: %s", r.Stdout)
+	}
+}

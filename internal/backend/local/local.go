@@ -183,6 +183,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	cfg := boot.AgentConfig{
 		SandboxID: string(b.id), Listen: b.sock, Root: ws, Workdir: "/", OutputDir: "/.sbx/output",
 		Env: env, OutputLimitBytes: d.opts.OutputLimitBytes, SpillLimitBytes: d.opts.SpillLimitBytes, Subreaper: true,
+		ArchiveMaxBytes: d.opts.ArchiveMaxBytes, ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {

@@ -217,15 +217,17 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		Caps:     nsinit.DefaultCaps,
 	}
 	cfg := boot.AgentConfig{
-		SandboxID:        string(b.id),
-		ListenFD:         listenFD,
-		ReadyFD:          nsinit.StatusFD,
-		Root:             "/",
-		Workdir:          "/workspace",
-		OutputDir:        "/var/tmp/sbx-output",
-		Env:              env,
-		OutputLimitBytes: d.opts.OutputLimitBytes,
-		SpillLimitBytes:  d.opts.SpillLimitBytes,
+		SandboxID:         string(b.id),
+		ListenFD:          listenFD,
+		ReadyFD:           nsinit.StatusFD,
+		Root:              "/",
+		Workdir:           "/workspace",
+		OutputDir:         "/var/tmp/sbx-output",
+		Env:               env,
+		OutputLimitBytes:  d.opts.OutputLimitBytes,
+		SpillLimitBytes:   d.opts.SpillLimitBytes,
+		ArchiveMaxBytes:   d.opts.ArchiveMaxBytes,
+		ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
 	}
 	if v2 := b.group.V2Dir(); v2 != "" {
 		cfg.CgroupFD = cgroupFD
