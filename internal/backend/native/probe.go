@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -67,6 +68,9 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	}
 	check("cgroup delegation", len(notWritable) == 0, "%s is not writable: sbx must be able to create its groups there", strings.Join(notWritable, ", "))
 
+	check("static binary", !builtWithCgo(),
+		"this sbx binary was built with cgo, so the init stage cannot confine every thread of the sandbox: rebuild it with CGO_ENABLED=0 (make build does)")
+
 	_, err = os.Stat(d.exe)
 	check("sealed binary", err == nil, "the sealed copy of the sbx binary is missing (%v): restart sbx serve to make it again", err)
 
@@ -87,4 +91,20 @@ func (d *Driver) missingReason(l string) string {
 		return "not implemented by the native backend yet"
 	}
 	return "not applied"
+}
+
+// builtWithCgo reports whether this binary was built with cgo, which stops
+// syscall.AllThreadsSyscall, and so the init stage's confinement of every
+// thread.
+func builtWithCgo() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "CGO_ENABLED" {
+			return s.Value == "1"
+		}
+	}
+	return false
 }
