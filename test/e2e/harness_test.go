@@ -62,9 +62,10 @@ func stopShared() {
 	if shared == nil {
 		return
 	}
+	defer os.RemoveAll(shared.dataDir)
 	select {
 	case <-shared.done:
-		return // TestZZLeakAudit stopped it
+		return // TestZZLeakAudit stopped it and audited the host
 	default:
 	}
 	var list struct {
@@ -84,7 +85,6 @@ func stopShared() {
 		<-shared.done
 	}
 	removeInstanceGroups(shared.instance)
-	os.RemoveAll(shared.dataDir)
 }
 
 // daemon is one running `sbx serve`.
