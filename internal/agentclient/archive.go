@@ -7,20 +7,15 @@ package agentclient
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 
-	"connectrpc.com/connect"
-
 	"sbx/internal/sandbox"
+	"sbx/internal/tarsafe"
 )
-
-// maxSkipReport bounds the skipped entries taken from the agent's answer.
-const maxSkipReport = 100
 
 // UploadArchive streams the tar or gzip-compressed tar r to the agent, which
 // extracts it beneath directory dir (see the agent's files.Extract for the
@@ -38,22 +33,11 @@ func (c *Client) UploadArchive(ctx context.Context, dir string, r io.Reader, lim
 	if lim.QuotaBytes > 0 {
 		q.Set("quota_bytes", strconv.FormatInt(lim.QuotaBytes, 10))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/files/archive?"+q.Encode(), io.NopCloser(r))
+	resp, err := c.do(ctx, op, http.MethodPost, "/files/archive", q, r, "application/x-tar")
 	if err != nil {
-		return sandbox.ArchiveResult{}, &sandbox.Error{Op: op, ID: c.id, Err: err}
-	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return sandbox.ArchiveResult{}, c.wrap(op, ctx.Err())
-		}
-		return sandbox.ArchiveResult{}, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
+		return sandbox.ArchiveResult{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return sandbox.ArchiveResult{}, c.archiveErr(op, resp)
-	}
 	var out struct {
 		Path    string `json:"path"`
 		Entries int64  `json:"entries"`
@@ -70,7 +54,7 @@ func (c *Client) UploadArchive(ctx context.Context, dir string, r io.Reader, lim
 		return sandbox.ArchiveResult{}, &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: malformed archive answer", sandbox.ErrAgentLost)}
 	}
 	res := sandbox.ArchiveResult{Path: out.Path, Entries: out.Entries, Bytes: out.Bytes, SkippedCount: out.SkippedCount}
-	for _, s := range out.Skipped[:min(len(out.Skipped), maxSkipReport)] {
+	for _, s := range out.Skipped[:min(len(out.Skipped), tarsafe.MaxSkipReport)] {
 		res.Skipped = append(res.Skipped, sandbox.ArchiveSkip{Name: s.Name, Type: s.Type, Reason: s.Reason})
 	}
 	return res, nil
@@ -86,33 +70,9 @@ func (c *Client) DownloadArchive(ctx context.Context, dir string, gzip bool) (io
 	if gzip {
 		q.Set("gzip", "true")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/files/archive?"+q.Encode(), nil)
+	resp, err := c.do(ctx, op, http.MethodGet, "/files/archive", q, nil, "")
 	if err != nil {
-		return nil, &sandbox.Error{Op: op, ID: c.id, Err: err}
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, c.archiveErr(op, resp)
+		return nil, err
 	}
 	return resp.Body, nil
-}
-
-// archiveErr maps an error answer of /files/archive: a cap hit (413) on top of
-// what httpErr knows.
-func (c *Client) archiveErr(op string, resp *http.Response) error {
-	if resp.StatusCode != http.StatusRequestEntityTooLarge {
-		return c.httpErr(op, resp)
-	}
-	var body struct {
-		Message string `json:"message"`
-	}
-	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
-	if body.Message == "" {
-		body.Message = resp.Status
-	}
-	return c.wrap(op, connect.NewError(connect.CodeOutOfRange, errors.New(body.Message)))
 }

@@ -528,6 +528,8 @@ func (c *Client) httpErr(op string, resp *http.Response) error {
 		code = connect.CodeAlreadyExists
 	case http.StatusForbidden:
 		code = connect.CodePermissionDenied
+	case http.StatusRequestEntityTooLarge:
+		code = connect.CodeOutOfRange // a cap hit
 	case http.StatusInsufficientStorage, http.StatusTooManyRequests:
 		code = connect.CodeResourceExhausted
 	case http.StatusBadGateway, http.StatusServiceUnavailable:
@@ -536,20 +538,41 @@ func (c *Client) httpErr(op string, resp *http.Response) error {
 	return c.wrap(op, connect.NewError(code, errors.New(msg)))
 }
 
-// Download streams a file out of the sandbox; the caller closes the reader.
-func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, sandbox.FileInfo, error) {
-	const op = "download"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/files?path="+url.QueryEscape(path), nil)
+// do sends one request of the agent's plain-HTTP file routes (route and query
+// q; body, of type ctype, streamed when not nil) and returns its 200 answer,
+// whose body the caller closes; any other answer, or no answer, is an error.
+func (c *Client) do(ctx context.Context, op, method, route string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	var rd io.ReadCloser
+	if body != nil {
+		rd = io.NopCloser(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+route+"?"+q.Encode(), rd)
 	if err != nil {
-		return nil, sandbox.FileInfo{}, &sandbox.Error{Op: op, ID: c.id, Err: err}
+		return nil, &sandbox.Error{Op: op, ID: c.id, Err: err}
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, sandbox.FileInfo{}, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
+		if ctx.Err() != nil {
+			return nil, c.wrap(op, ctx.Err())
+		}
+		return nil, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, sandbox.FileInfo{}, c.httpErr(op, resp)
+		return nil, c.httpErr(op, resp)
+	}
+	return resp, nil
+}
+
+// Download streams a file out of the sandbox; the caller closes the reader.
+func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, sandbox.FileInfo, error) {
+	const op = "download"
+	resp, err := c.do(ctx, op, http.MethodGet, "/files", url.Values{"path": {path}}, nil, "")
+	if err != nil {
+		return nil, sandbox.FileInfo{}, err
 	}
 	wire := resp.Header.Get("X-Sbx-Path")
 	if wire == "" {
@@ -579,22 +602,11 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, mode uint
 	if mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(mode&0o7777), 8))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/files?"+q.Encode(), io.NopCloser(r))
+	resp, err := c.do(ctx, op, http.MethodPost, "/files", q, r, "application/octet-stream")
 	if err != nil {
-		return sandbox.FileInfo{}, &sandbox.Error{Op: op, ID: c.id, Err: err}
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return sandbox.FileInfo{}, c.wrap(op, ctx.Err())
-		}
-		return sandbox.FileInfo{}, c.wrap(op, connect.NewError(connect.CodeUnavailable, err))
+		return sandbox.FileInfo{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return sandbox.FileInfo{}, c.httpErr(op, resp)
-	}
 	var out []struct {
 		Path string `json:"path"`
 	}

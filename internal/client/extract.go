@@ -118,19 +118,7 @@ func (x *extractor) run(r io.Reader) error {
 	defer in.Close()
 	x.in = in
 	x.buf = make([]byte, 32<<10)
-	tr := tar.NewReader(x.in)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return readFailed(err)
-		}
-		if err := x.entry(tr, hdr); err != nil {
-			return err
-		}
-	}
+	return ruleErr(tarsafe.Walk(in, x.entry))
 }
 
 // readFailed classifies an error reading the archive: a cap keeps its class.
@@ -162,7 +150,7 @@ func components(what, name string) ([]string, error) {
 func (x *extractor) count() error {
 	x.counted++
 	if x.counted > x.lim.MaxEntries {
-		return fmt.Errorf("%w: the archive has more than %d entries, counting the directories created for them (max_entries)", sandbox.ErrTooLarge, x.lim.MaxEntries)
+		return ruleErr(tarsafe.TooManyEntries(x.lim.MaxEntries))
 	}
 	return nil
 }

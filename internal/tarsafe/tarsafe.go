@@ -197,6 +197,30 @@ func (c *Reader) capErr() error {
 	return tooLarge("the archive is larger than %s uncompressed (%s)", SizeText(c.max), c.capTag)
 }
 
+// Walk calls fn for each entry of the archive in, in order, until the end or
+// fn's first error, which it returns as is; an error reading the next header
+// is classified by ReadError.
+func Walk(in *Reader, fn func(tr *tar.Reader, hdr *tar.Header) error) error {
+	tr := tar.NewReader(in)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return ReadError(err)
+		}
+		if err := fn(tr, hdr); err != nil {
+			return err
+		}
+	}
+}
+
+// TooManyEntries is the error of an archive past its entries cap, max.
+func TooManyEntries(max int64) error {
+	return tooLarge("the archive has more than %d entries, counting the directories created for them (max_entries)", max)
+}
+
 // ReadError classifies an error reading the archive: a rule's Error keeps its
 // kind, anything else is a malformed or broken archive.
 func ReadError(err error) error {

@@ -191,19 +191,7 @@ func (x *extraction) run(body io.Reader) error {
 	defer in.Close()
 	x.in = in
 	x.buf = make([]byte, 32<<10)
-	tr := tar.NewReader(x.in)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return readErr(err)
-		}
-		if err := x.entry(tr, hdr); err != nil {
-			return err
-		}
-	}
+	return ruleErr(tarsafe.Walk(in, x.entry))
 }
 
 // readErr classifies an error reading the archive: a cap keeps its kind,
@@ -219,7 +207,7 @@ func readErr(err error) error {
 func (x *extraction) count() error {
 	x.counted++
 	if x.counted > x.lim.MaxEntries {
-		return errorf(TooLarge, "the archive has more than %d entries, counting the directories created for them (max_entries)", x.lim.MaxEntries)
+		return ruleErr(tarsafe.TooManyEntries(x.lim.MaxEntries))
 	}
 	return nil
 }
