@@ -175,12 +175,12 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	return sb, nil
 }
 
-// rollback destroys what a failed create may have left and drops its record;
-// when Destroy fails the record stays, in state error, for the next start.
 // errDiscardWarm is the rollback cause of a warm sandbox given up (pool
 // drained at shutdown, its agent lost): not a failed create.
 var errDiscardWarm = errors.New("discarding a warm sandbox")
 
+// rollback destroys what a failed create may have left and drops its record;
+// when Destroy fails the record stays, in state error, for the next start.
 func (m *Manager) rollback(ctx context.Context, nd NamedDriver, id sandbox.ID, cause error) {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
