@@ -384,25 +384,55 @@ func freezeKill(dir string) error {
 	return fmt.Errorf("killing cgroup %s: members remain after %d rounds", dir, maxRounds)
 }
 
-// WaitEmpty blocks until the group and its descendants hold no process in any
-// hierarchy, or ctx ends. It polls with a backoff from 100µs to 5ms.
+// WaitEmpty blocks until the group and its descendants hold no process, or ctx
+// ends. It polls Populated with a backoff from 100µs to 5ms.
 func (g *Group) WaitEmpty(ctx context.Context) error {
 	delay := 100 * time.Microsecond
 	for {
-		pids, err := g.Procs()
-		if err == nil && len(pids) == 0 {
+		busy, err := g.Populated()
+		if err == nil && !busy {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			if err == nil {
-				err = fmt.Errorf("%d processes remain", len(pids))
+				err = errors.New("processes remain")
 			}
 			return fmt.Errorf("waiting for cgroup %s to empty: %w (%w)", g.rel, context.Cause(ctx), err)
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 5*time.Millisecond)
 	}
+}
+
+// Populated reports whether a process is left in the group or under it. Every
+// process is in exactly one group of each hierarchy and only sbx moves them, so
+// one hierarchy answers: the v2 group's cgroup.events "populated", else the v1
+// pids controller's pids.current (hierarchical; a task counts until it is
+// reaped). Without either it lists the members of every hierarchy. A group
+// that does not exist holds none.
+func (g *Group) Populated() (bool, error) {
+	var file, key string
+	switch {
+	case g.v2 != "":
+		file, key = filepath.Join(g.v2, "cgroup.events"), "populated"
+	case g.v1["pids"] != "":
+		file = filepath.Join(g.v1["pids"], "pids.current")
+	default:
+		pids, err := g.Procs()
+		return len(pids) > 0, err
+	}
+	var n int64
+	var err error
+	if key != "" {
+		n, err = readKey(file, key)
+	} else {
+		n, err = readInt(file)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return n != 0, err
 }
 
 // Remove removes the group and every group under it (children the sandbox made),
@@ -445,6 +475,14 @@ func (l *Layout) rmdirTree(dir string) error {
 			return fs.ErrNotExist
 		}
 		return os.RemoveAll(dir)
+	}
+	// Mostly the group has no children: one rmdir does it. With children it
+	// fails with EBUSY and they go first.
+	switch err := syscall.Rmdir(dir); {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOENT):
+		return fs.ErrNotExist
 	}
 	var subs []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {

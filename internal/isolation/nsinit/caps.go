@@ -54,11 +54,15 @@ func CapMask(names []string) (uint64, error) {
 // (NET_ADMIN). It drops them itself before the agent serves.
 var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN"}
 
-// LimitBounding drops from the calling thread's bounding set every capability
-// outside keep. The parent calls it on the thread that starts the init stage,
-// a thread it then discards: the init is born without them, and its own drop
-// (one call per capability, on every thread) shrinks to InitCaps.
+// LimitBounding clears the calling thread's ambient set and drops from its
+// bounding set every capability outside keep. The parent calls it on the
+// thread that starts the init stage, a thread it then discards: the init is
+// born without them, and its own drops (each stops every one of its threads)
+// are only InitCaps.
 func LimitBounding(keep uint64) error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
 	for c := uint(0); c < 64; c++ {
 		if keep&(1<<c) != 0 {
 			continue
@@ -94,15 +98,23 @@ func confine(keep uint64, threadOnly bool) error {
 		}
 		return nil
 	}
-	if err := call(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return fmt.Errorf("caps: clearing ambient capabilities: %w", err)
+	// Every thread has the calling thread's sets (threads inherit them, and
+	// nothing here changes them per thread), so reading this thread's tells
+	// which calls are needed.
+	if ambientSet() {
+		if err := call(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+			return fmt.Errorf("caps: clearing ambient capabilities: %w", err)
+		}
 	}
 	for c := uint(0); c < 64; c++ {
 		if keep&(1<<c) != 0 {
 			continue
 		}
-		// Reading is per thread and cheap; every thread has the same set.
+		// Each drop stops every thread: only what is still there is dropped.
 		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the kernel's last capability
+		}
 		if err == nil && in == 0 {
 			continue // the parent dropped it already (LimitBounding)
 		}
@@ -130,4 +142,18 @@ func confine(keep uint64, threadOnly bool) error {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	return nil
+}
+
+// ambientSet reports whether the calling thread has any ambient capability.
+func ambientSet() bool {
+	for c := uint(0); c < 64; c++ {
+		set, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, uintptr(c), 0, 0)
+		if err != nil {
+			return false // past the kernel's last capability
+		}
+		if set == 1 {
+			return true
+		}
+	}
+	return false
 }

@@ -104,10 +104,14 @@ func readPlan() (*Plan, error) {
 	if err := unix.SetNonblock(PlanFD, false); err != nil {
 		return nil, err
 	}
-	var buf []byte
-	chunk := make([]byte, 64*1024)
+	// A plan is a few KiB: a small buffer, grown as needed, spares the fresh
+	// process page faults.
+	buf := make([]byte, 0, 8<<10)
 	for {
-		n, err := unix.Read(PlanFD, chunk)
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, err := unix.Read(PlanFD, buf[len(buf):cap(buf)])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -117,7 +121,7 @@ func readPlan() (*Plan, error) {
 		if n == 0 {
 			break
 		}
-		buf = append(buf, chunk[:n]...)
+		buf = buf[:len(buf)+n]
 		if len(buf) > maxPlanBytes {
 			return nil, fmt.Errorf("plan exceeds %d bytes", maxPlanBytes)
 		}
