@@ -165,6 +165,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
 		Log:              log,
 	})
+	defer table.Close()
 	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log,
 		Archive: files.ArchiveLimits{MaxBytes: cfg.ArchiveMaxBytes, MaxEntries: cfg.ArchiveMaxEntries}}, table, tree)
 	defer srv.Close()

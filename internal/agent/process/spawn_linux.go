@@ -45,6 +45,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	for p.ID == "" || t.procs[p.ID] != nil {
 		p.ID = newID()
 	}
+	devNull := t.devNull
 	t.mu.Unlock()
 
 	path, err := lookPath(s.Argv[0], s.Env, s.Dir)
@@ -52,13 +53,13 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 		return t.failed(p, err), nil
 	}
 	var (
-		child   [3]*os.File // the child's 0, 1, 2
-		readers []*os.File  // ours: stdout, stderr (or the PTY)
-		closers []*os.File  // closed once the child has them
+		child   [3]int     // the child's 0, 1, 2
+		readers []*os.File // ours: stdout, stderr (or the PTY)
+		closers []int      // closed once the child has them
 	)
 	defer func() {
-		for _, f := range closers {
-			f.Close()
+		for _, fd := range closers {
+			unix.Close(fd)
 		}
 	}()
 	attr := &syscall.SysProcAttr{}
@@ -70,29 +71,30 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 		if s.PTY.Cols > 0 && s.PTY.Rows > 0 {
 			pty.Setsize(ptmx, &pty.Winsize{Cols: s.PTY.Cols, Rows: s.PTY.Rows})
 		}
-		child = [3]*os.File{tty, tty, tty}
-		closers = append(closers, tty)
+		fd := int(tty.Fd()) // also puts it in blocking mode
+		child = [3]int{fd, fd, fd}
+		defer tty.Close()
 		p.ptmx = ptmx
 		readers = []*os.File{ptmx}
 		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
 	} else {
 		if s.Stdin {
-			r, w, err := os.Pipe()
+			r, w, err := childPipe(false)
 			if err != nil {
 				return nil, err
 			}
 			child[0], p.stdin = r, w
 			closers = append(closers, r)
-		} else {
-			null, err := os.Open(os.DevNull)
+		} else if child[0] = devNull; child[0] < 0 {
+			fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
-				return nil, err
+				return nil, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
 			}
-			child[0] = null
-			closers = append(closers, null)
+			child[0] = fd
+			closers = append(closers, fd)
 		}
 		for i := 1; i <= 2; i++ {
-			r, w, err := os.Pipe()
+			w, r, err := childPipe(true)
 			if err != nil {
 				closeAll(readers)
 				p.closeStdio()
@@ -119,8 +121,8 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	pidfd := -1
 	attr.PidFD = &pidfd
 	files := make([]uintptr, 3)
-	for i, f := range child {
-		files[i] = f.Fd() // also puts the child's ends in blocking mode
+	for i, fd := range child {
+		files[i] = uintptr(fd)
 	}
 	pa := &syscall.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: attr}
 	p.pending = len(readers) + 1
@@ -152,7 +154,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	// raise its child's, which the child's descendants inherit. The child runs
 	// for a few microseconds before this write; nothing it allocates in that
 	// time makes the difference.
-	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(workloadOOMScoreAdj), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := writeAt(unix.AT_FDCWD, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj", workloadOOMScoreAdj); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.cfg.Log.Debug("raising a process's OOM score", "pid", pid, "err", err)
 	}
 	t.mu.Lock()
@@ -183,6 +185,27 @@ func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (
 		return err
 	})
 	return pid, err
+}
+
+// childPipe makes a pipe with one end for the child, a plain blocking fd, and
+// the other for the agent, non-blocking under the runtime's poller: the
+// child's stdin when childWrites is false, else its stdout or stderr. Both are
+// close-on-exec; ForkExec hands the child its end.
+func childPipe(childWrites bool) (childFD int, ours *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return -1, nil, os.NewSyscallError("pipe2", err)
+	}
+	c, o := fds[0], fds[1]
+	if childWrites {
+		c, o = o, c
+	}
+	if err := unix.SetNonblock(c, false); err != nil {
+		unix.Close(c)
+		unix.Close(o)
+		return -1, nil, os.NewSyscallError("fcntl", err)
+	}
+	return c, os.NewFile(uintptr(o), "|pipe"), nil
 }
 
 func (p *Proc) closeStdio() {

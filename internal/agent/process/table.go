@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults and bounds.
@@ -71,7 +72,11 @@ type Table struct {
 	kind treeKind
 	pfd  int
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// devNull is /dev/null, opened once: the stdin of every process without
+	// one. It is -1 when it could not be opened, or after Close; each Start
+	// then opens its own.
+	devNull  int              // guarded by mu
 	procs    map[string]*Proc // guarded by mu
 	exitedQ  []*Proc          // guarded by mu: exited processes, oldest first
 	retained int64            // guarded by mu: bytes held by exitedQ's results
@@ -88,7 +93,10 @@ func NewTable(cfg Config) *Table {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	t := &Table{cfg: cfg, procs: map[string]*Proc{}}
+	t := &Table{cfg: cfg, procs: map[string]*Proc{}, devNull: -1}
+	if fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		t.devNull = fd
+	}
 	switch {
 	case cfg.CgroupFD > 0:
 		t.kind, t.pfd = treeV2, cfg.CgroupFD
@@ -248,6 +256,17 @@ func (t *Table) Running() int {
 		}
 	}
 	return n
+}
+
+// Close releases what the table holds open. Processes started after it get
+// /dev/null opened for them.
+func (t *Table) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.devNull >= 0 {
+		unix.Close(t.devNull)
+		t.devNull = -1
+	}
 }
 
 // KillAll kills every running tree (the agent is stopping).

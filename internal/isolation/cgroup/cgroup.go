@@ -356,7 +356,7 @@ func freezeKill(dir string) error {
 		// A task stuck in an uninterruptible sleep keeps the group FREEZING; kill
 		// what is listed anyway: the signal is delivered once it is thawed.
 		for i := 0; i < 100; i++ {
-			b, err := os.ReadFile(state)
+			b, err := readFile(state)
 			if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
 				break
 			}
@@ -558,7 +558,7 @@ func procsUnder(dir string) ([]int, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		b, err := readFile(filepath.Join(p, "cgroup.procs"))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -595,25 +595,58 @@ func (l *Layout) rmdir(dir string) {
 
 // writeFile writes val to an existing cgroup file: cgroupfs reports a rejected
 // value as the error of write, and a missing file must not be created.
+// writeFile writes val to a cgroup file. Interface files are read and written
+// with plain system calls: os.File would also register each with the poller.
 func writeFile(path, val string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(val)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	defer syscall.Close(fd)
+	for {
+		_, err = syscall.Write(fd, []byte(val))
+		if err != syscall.EINTR {
+			break
+		}
 	}
-	return err
+	if err != nil {
+		return &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+// readFile reads a cgroup file whole; see writeFile.
+func readFile(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		case n == 0:
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 func readFields(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	return strings.Fields(string(b)), err
 }
 
 func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -626,7 +659,7 @@ func readInt(path string) (int64, error) {
 
 // readKey reads the value of key in a flat-keyed file ("oom_kill 3").
 func readKey(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return 0, err
 	}

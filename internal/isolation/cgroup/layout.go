@@ -68,7 +68,7 @@ func Detect() (*Layout, error) {
 		return nil, err
 	}
 	if l.V2 != "" {
-		b, err := os.ReadFile(filepath.Join(l.V2, "cgroup.controllers"))
+		b, err := readFile(filepath.Join(l.V2, "cgroup.controllers"))
 		if err != nil {
 			return nil, fmt.Errorf("detecting cgroups: %w", err)
 		}
