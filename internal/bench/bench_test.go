@@ -49,12 +49,12 @@ func TestRunDeletesEverythingAndReports(t *testing.T) {
 	if len(api.live) != 0 {
 		t.Errorf("Run left %d sandboxes", len(api.live))
 	}
-	if rep.ColdStart.N != 5 || rep.Exec.N != 5 || rep.Throughput <= 0 {
+	if rep.ColdStart.N != 5 || rep.Exec.N != 5 || rep.HostSpawn.N != 5 || rep.HostSpawn.P50MS <= 0 || rep.Throughput <= 0 {
 		t.Errorf("report = %+v", rep)
 	}
 	var buf bytes.Buffer
 	rep.WriteTable(&buf)
-	if !strings.Contains(buf.String(), "create → first exec") {
+	if !strings.Contains(buf.String(), "create → first exec") || !strings.Contains(buf.String(), "host spawn of true") {
 		t.Errorf("table:\n%s", buf.String())
 	}
 }

@@ -47,6 +47,20 @@ func runBwrap(ctx context.Context, bwrap string, argv ...string) (time.Duration,
 	return time.Since(start), nil
 }
 
+// hostSpawn runs argv once as a child of this process, stdout and stderr
+// captured through pipes as the agent captures them, and returns how long
+// start to reaped took.
+func hostSpawn(ctx context.Context, argv ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%v on the host: %w: %s", argv, err, strings.TrimSpace(errOut.String()))
+	}
+	return time.Since(start), nil
+}
+
 // memory of one process, in bytes.
 type memory struct {
 	RSS, PSS, USS int64
