@@ -21,6 +21,7 @@ import (
 // starts it on the first available driver, and returns the running sandbox,
 // owned by ctx's key. Every call is audited.
 func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
+	defer m.calling()()
 	sb, err := m.create(ctx, req)
 	id := sb.ID
 	if err != nil {

@@ -60,6 +60,9 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 		m.audit(ctx, id, "exec_start", argv0, "", err)
 		return nil, err
 	}
+	if !req.Background { // a background process may run for hours: not a caller waiting
+		defer m.calling()()
+	}
 	var started *sandbox.ProcessInfo
 	res, err := m.exec(ctx, id, req, stream, func(ev sandbox.ExecEvent) error {
 		if ev.Started != nil && started == nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -128,6 +129,11 @@ type Manager struct {
 	poolFilling int     // warm starts in flight; guarded by mu
 	poolKick    chan struct{}
 	poolLoop    sync.WaitGroup
+	// callers counts the creates and execs in flight, and lastCall is when
+	// the last one ended (unix ns): refills wait for a quiet moment (quiet).
+	// Atomic, not under mu.
+	callers  atomic.Int64
+	lastCall atomic.Int64
 
 	// watchers are the agent watchers of live and warm sandboxes (watch.go),
 	// and beating says the heartbeat loop runs; both guarded by mu. watching

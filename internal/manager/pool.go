@@ -142,6 +142,44 @@ func (m *Manager) startPool() {
 	m.poolWake()
 }
 
+// Refills wait until no create or exec has been in flight for quietGap, at
+// most quietMax: the first exec in a sandbox just handed out, which follows
+// its create within a moment, would otherwise share the CPU with the start of
+// the sandbox's replacement.
+const (
+	quietGap = 5 * time.Millisecond
+	quietMax = 30 * time.Millisecond
+)
+
+// calling counts a create or exec in flight until the returned func is called.
+func (m *Manager) calling() (done func()) {
+	m.callers.Add(1)
+	return func() {
+		m.lastCall.Store(time.Now().UnixNano())
+		m.callers.Add(-1)
+	}
+}
+
+// quiet waits for quietGap without a caller, at most quietMax, or Close.
+func (m *Manager) quiet() {
+	deadline := time.Now().Add(quietMax)
+	for {
+		now := time.Now()
+		wait := quietGap
+		if m.callers.Load() == 0 {
+			wait -= now.Sub(time.Unix(0, m.lastCall.Load()))
+		}
+		if wait <= 0 || !now.Before(deadline) {
+			return
+		}
+		select {
+		case <-m.closing:
+			return
+		case <-time.After(min(wait, deadline.Sub(now))):
+		}
+	}
+}
+
 // refillOne starts one warm sandbox if the pool is short; it reports whether it
 // should be called again at once.
 func (m *Manager) refillOne() bool {
@@ -162,6 +200,7 @@ func (m *Manager) refillOne() bool {
 	}()
 	// Creates that callers wait for go first: the pool takes a slot only when
 	// one is free right now, and otherwise tries again shortly.
+	m.quiet()
 	select {
 	case m.slots <- struct{}{}:
 	default:

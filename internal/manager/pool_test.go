@@ -85,3 +85,31 @@ func TestRecoverDestroysWarmLeftovers(t *testing.T) {
 		t.Errorf("warm record %s survived Recover", warmID)
 	}
 }
+
+// A refill waits while a create or exec is in flight (up to quietMax) and for
+// quietGap after the last one ended; with nobody calling it goes at once. Only
+// lower bounds are asserted, and a generous upper one.
+func TestRefillWaitsForQuiet(t *testing.T) {
+	m := &Manager{closing: make(chan struct{})}
+	elapsed := func() time.Duration {
+		start := time.Now()
+		m.quiet()
+		return time.Since(start)
+	}
+	if d := elapsed(); d > time.Second {
+		t.Errorf("no caller ever: quiet took %v", d)
+	}
+	done := m.calling()
+	if d := elapsed(); d < quietMax {
+		t.Errorf("a caller in flight: quiet returned after %v, before quietMax %v", d, quietMax)
+	}
+	done()
+	if d := elapsed(); d < quietGap/2 {
+		t.Errorf("a caller just ended: quiet returned after %v; want about quietGap %v", d, quietGap)
+	}
+	close(m.closing)
+	m.calling()
+	if d := elapsed(); d > time.Second {
+		t.Errorf("closing: quiet took %v", d)
+	}
+}
