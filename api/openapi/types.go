@@ -350,6 +350,15 @@ type Health struct {
 	// Status is ok when a backend can create sandboxes, else degraded.
 	Status   string          `json:"status"`
 	Backends []BackendHealth `json:"backends"`
+	// Pool is the warm pool; absent when it is off.
+	Pool *PoolHealth `json:"pool,omitempty"`
+}
+
+// PoolHealth is the warm pool: its target size and the sandboxes ready to be
+// handed out.
+type PoolHealth struct {
+	Size  int `json:"size"`
+	Ready int `json:"ready"`
 }
 
 // BackendHealth is one configured backend's probe.

@@ -68,3 +68,51 @@ func TestRunStopsOnError(t *testing.T) {
 		t.Errorf("Run left %d sandboxes after an error", len(api.live))
 	}
 }
+
+// pooledAPI is a fakeAPI whose pool empties at each create and reports ready
+// again only after refillPolls polls.
+type pooledAPI struct {
+	*fakeAPI
+	refillPolls int
+	left        int // polls until the pool is full again
+	polls       int
+	emptyAtTake int // creates that found the pool not full
+}
+
+func (p *pooledAPI) Create(ctx context.Context) (string, error) {
+	if p.left > 0 {
+		p.emptyAtTake++
+	}
+	p.left = p.refillPolls
+	return p.fakeAPI.Create(ctx)
+}
+
+func (p *pooledAPI) Pool(ctx context.Context) (ready, size int, err error) {
+	p.polls++
+	if p.left > 0 {
+		p.left--
+		return 0, 1, nil
+	}
+	return 1, 1, nil
+}
+
+func TestColdStartWaitsForAFullPool(t *testing.T) {
+	api := &pooledAPI{fakeAPI: &fakeAPI{live: map[string]bool{}}, refillPolls: 2}
+	if _, err := ColdStart(t.Context(), api, Options{Runs: 4, Warmup: 1}, true); err != nil {
+		t.Fatal(err)
+	}
+	if api.emptyAtTake != 0 || api.polls < 5*3-2 {
+		t.Errorf("pool full: %d creates found it refilling, %d polls; want 0 and about 3 per sample", api.emptyAtTake, api.polls)
+	}
+	api = &pooledAPI{fakeAPI: &fakeAPI{live: map[string]bool{}}, refillPolls: 2}
+	if _, err := ColdStart(t.Context(), api, Options{Runs: 4, Warmup: 1}, false); err != nil {
+		t.Fatal(err)
+	}
+	if api.emptyAtTake != 4 || api.polls != 0 {
+		t.Errorf("back to back: %d creates found the pool refilling, %d polls; want 4 and 0", api.emptyAtTake, api.polls)
+	}
+	rep, err := Run(t.Context(), &pooledAPI{fakeAPI: &fakeAPI{live: map[string]bool{}}, refillPolls: 1}, Options{Runs: 3, Warmup: 1, Concurrency: 1, Cycles: 2})
+	if err != nil || rep.ColdStartBackToBack == nil || rep.ColdStartBackToBack.N != 3 {
+		t.Errorf("Run with a pool: back to back = %+v, %v", rep.ColdStartBackToBack, err)
+	}
+}

@@ -69,7 +69,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
-		s, err := bench.ColdStart(ctx, benchAPI{cold.client}, opts)
+		s, err := bench.ColdStart(ctx, benchAPI{cold.client}, opts, false)
 		cold.stop()
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
@@ -106,6 +106,14 @@ func (a benchAPI) Exec(ctx context.Context, id string, argv []string) (int, erro
 }
 
 func (a benchAPI) Delete(ctx context.Context, id string) error { return a.c.Delete(ctx, id) }
+
+func (a benchAPI) Pool(ctx context.Context) (ready, size int, err error) {
+	h, err := a.c.Health(ctx)
+	if err != nil || h.Pool == nil {
+		return 0, 0, err
+	}
+	return h.Pool.Ready, h.Pool.Size, nil
+}
 
 // privateDaemon is an `sbx serve` the bench started and owns.
 type privateDaemon struct {

@@ -79,6 +79,8 @@ func (f *fakeService) Health(ctx context.Context) []manager.BackendHealth {
 		Layers: map[string]sandbox.LayerState{"pidns": sandbox.Applied}}}
 }
 
+func (f *fakeService) Pool() manager.PoolStatus { return manager.PoolStatus{Size: 2, Ready: 1} }
+
 func (f *fakeService) lookup(op string, id sandbox.ID) (sandbox.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -42,6 +42,7 @@ const DefaultMaxBodyBytes = 16 << 20
 type service interface {
 	Authenticate(ctx context.Context, token string) (manager.Key, error)
 	Health(ctx context.Context) []manager.BackendHealth
+	Pool() manager.PoolStatus
 
 	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
 	CreateIdempotent(ctx context.Context, req sandbox.CreateRequest, key string) (sandbox.Sandbox, bool, error)

@@ -282,7 +282,8 @@ func TestPublicRoutes(t *testing.T) {
 	var h openapi.Health
 	json.NewDecoder(resp.Body).Decode(&h)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || h.Status != "ok" || len(h.Backends) != 1 || !h.Backends[0].Primary || h.Backends[0].Layers["pidns"] != "applied" {
+	if resp.StatusCode != 200 || h.Status != "ok" || len(h.Backends) != 1 || !h.Backends[0].Primary || h.Backends[0].Layers["pidns"] != "applied" ||
+		h.Pool == nil || *h.Pool != (openapi.PoolHealth{Size: 2, Ready: 1}) {
 		t.Errorf("health = %d %+v", resp.StatusCode, h)
 	}
 	resp, err = http.Get(e.srv.URL + "/v1/openapi.json")

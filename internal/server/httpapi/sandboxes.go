@@ -199,6 +199,9 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 		out.Backends = append(out.Backends, openapi.BackendHealth{Name: h.Name, Available: h.Available,
 			Primary: h.Primary, Level: h.Level, Sandbox: h.Sandbox, Layers: layers, Reasons: reasons})
 	}
+	if p := s.m.Pool(); p.Size > 0 {
+		out.Pool = &openapi.PoolHealth{Size: p.Size, Ready: p.Ready}
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	return writeJSON(w, http.StatusOK, out)
 }
