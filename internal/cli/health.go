@@ -31,6 +31,9 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 		e.printJSON(h)
 	} else {
 		fmt.Fprintf(e.stdout, "status: %s\n", h.Status)
+		if h.Pool != nil {
+			fmt.Fprintf(e.stdout, "warm pool: %d of %d ready\n", h.Pool.Ready, h.Pool.Size)
+		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BACKEND\tAVAILABLE\tPRIMARY\tLEVEL\tSANDBOX\tREASONS")
 		for _, b := range h.Backends {

@@ -65,6 +65,16 @@ func TestCLIWalkthrough(t *testing.T) {
 	if code != 0 || !json.Valid([]byte(out)) || !strings.Contains(out, id) {
 		t.Errorf("sbx ls --json = %d, not JSON listing %s:\n%s", code, id, out)
 	}
+	// The shared daemon runs the default warm pool of 4.
+	out, _, code = d.cli("health")
+	if code != 0 || !strings.Contains(out, "status: ok") || !strings.Contains(out, " of 4 ready") {
+		t.Errorf("sbx health = %d, want ok and the warm pool of 4:\n%s", code, out)
+	}
+	out, _, code = d.cli("health", "--json")
+	var health struct{ Pool *struct{ Size, Ready int } }
+	if code != 0 || json.Unmarshal([]byte(out), &health) != nil || health.Pool == nil || health.Pool.Size != 4 || health.Pool.Ready > 4 {
+		t.Errorf("sbx health --json = %d, want pool.size 4:\n%s", code, out)
+	}
 	out, _, code = d.cli("get", "--json", id)
 	var got struct {
 		ID        string
