@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -62,15 +63,36 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Compression buys nothing over a local socket and costs CPU on every call.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32)}
-	mux.Handle(processconnect.NewProcessHandler(envdProcess{s}, opts...))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...))
-	mux.Handle(sbxagentconnect.NewAgentHandler(agentService{s}, opts...))
+	mux.Handle(servicePath(processconnect.ProcessName), onFirstUse(func() (string, http.Handler) {
+		return processconnect.NewProcessHandler(envdProcess{s}, opts...)
+	}))
+	mux.Handle(servicePath(filesystemconnect.FilesystemName), onFirstUse(func() (string, http.Handler) {
+		return filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...)
+	}))
+	mux.Handle(servicePath(sbxagentconnect.AgentName), onFirstUse(func() (string, http.Handler) {
+		return sbxagentconnect.NewAgentHandler(agentService{s}, opts...)
+	}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
 	mux.HandleFunc("GET /files/archive", s.downloadArchive)
 	mux.HandleFunc("POST /files/archive", s.extractArchive)
 	return mux
+}
+
+// servicePath is the route of a Connect service: "/<package>.<Service>/".
+func servicePath(service string) string { return "/" + service + "/" }
+
+// onFirstUse builds a service's handler on its first request. Building one
+// resolves its protobuf descriptors and makes a handler per method: a few
+// milliseconds of every sandbox's start, mostly page faults, which a sandbox
+// that never calls the service (the envd services, for most) does not pay.
+func onFirstUse(build func() (string, http.Handler)) http.Handler {
+	h := sync.OnceValue(func() http.Handler {
+		_, h := build()
+		return h
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 }
 
 // Close ends the watches.
