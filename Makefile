@@ -45,8 +45,11 @@ test-security: build
 bench: deps build
 	./$(BIN) bench
 
+# The long variants: every catalogue row in full (SBX_SOAK=1: pid reuse tried for
+# 10 minutes, longer fuzz and race runs, a 4 GiB upload), then the crash soak.
 soak: build
-	SBX_SOAK=1 $(GO) test -count=1 -v -timeout 2h -run Soak ./test/e2e/...
+	SBX_SOAK=1 $(GO) test -count=1 -v -timeout 2h -run '^TestSecurity$$' ./test/e2e/
+	$(MAKE) soak-crash
 
 # RL-02 in full: the daemon killed at each create step, 20 times per step (make
 # test runs 3). The test builds its own binary with -tags sbxfault.
