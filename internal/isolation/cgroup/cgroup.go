@@ -595,8 +595,8 @@ func (l *Layout) rmdir(dir string) {
 
 // writeFile writes val to an existing cgroup file: cgroupfs reports a rejected
 // value as the error of write, and a missing file must not be created.
-// writeFile writes val to a cgroup file. Interface files are read and written
-// with plain system calls: os.File would also register each with the poller.
+// Interface files are read and written with plain system calls: os.File would
+// also register each with the poller.
 func writeFile(path, val string) error {
 	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
 	if err != nil {
