@@ -277,7 +277,9 @@ func (s *suite) startBackend(t *testing.T, backend string) *backendEnv {
 		workRoot: filepath.Join(dir, "backends", backend)}
 	// B runs under the same API key as every row: tenants come later
 	// (SECURITY.md §4.3 asks for another tenant's key).
-	env.sibling = d.create(map[string]any{"env": map[string]string{"SBX_CANARY_B": env.bEnv}, "labels": map[string]string{"role": "sibling"}})
+	// B lives as long as the API allows: the soak variants run past the
+	// default TTL.
+	env.sibling = d.create(map[string]any{"env": map[string]string{"SBX_CANARY_B": env.bEnv}, "labels": map[string]string{"role": "sibling"}, "timeout": 3600})
 	if st, b := d.apiQuiet("PUT", "/v1/sandboxes/"+env.sibling+"/files/write", map[string]any{"path": "secret.txt", "content": env.bFile}); st != 200 {
 		t.Fatalf("writing B's secret: %d %s", st, b)
 	}

@@ -332,7 +332,7 @@ func pr08Attack(r *run) error {
 // --- PR-09: kill of a job, of an exited job, and pid reuse -------------------------
 
 func pr09Setup(r *run) error {
-	r.create(nil)
+	r.create(map[string]any{"timeout": 3600}) // the soak variant forks for 10 minutes
 	return nil
 }
 
