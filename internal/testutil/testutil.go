@@ -159,6 +159,14 @@ func BuildSBX(t testing.TB) string {
 	return build.path
 }
 
+// RemoveBuild removes what BuildSBX built. The binary serves the whole test
+// process, so a package that builds it calls this from TestMain after m.Run.
+func RemoveBuild() {
+	if build.path != "" {
+		os.RemoveAll(filepath.Dir(build.path))
+	}
+}
+
 // ModuleRoot returns the directory of the sbx module's go.mod.
 func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()

@@ -18,6 +18,12 @@ import (
 	"sbx/internal/testutil"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemoveBuild()
+	os.Exit(code)
+}
+
 func openAt(t *testing.T, dataDir string) backend.Driver {
 	t.Helper()
 	d, err := Open(t.Context(), backend.Options{DataDir: dataDir, Instance: "t", Exe: testutil.BuildSBX(t),

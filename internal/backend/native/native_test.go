@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == boot.InitArg {
 		fakeAgent(nsinit.Main()) // returns only when the plan has no program
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemoveBuild()
+	os.Exit(code)
 }
 
 func requireJail(t *testing.T) {
