@@ -122,16 +122,9 @@ type ArchiveSource struct {
 // caller should see as a status (missing, not a directory) come from here,
 // before anything is written.
 func (f *FS) OpenArchive(p string) (*ArchiveSource, error) {
-	w, err := f.Clean(p)
+	w, err := f.cleanDir(p)
 	if err != nil {
 		return nil, err
-	}
-	st, err := f.stat(w)
-	if err != nil {
-		return nil, pathErr(w, err)
-	}
-	if !st.IsDir() {
-		return nil, errorf(Invalid, "path '%s' is not a directory", w)
 	}
 	d, err := f.OpenFile(w, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {

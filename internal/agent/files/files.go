@@ -92,6 +92,22 @@ func (f *FS) lstat(w string) (fs.FileInfo, error) {
 	return f.root.Lstat(rel(w))
 }
 
+// cleanDir cleans p (Clean) and checks that it names an existing directory.
+func (f *FS) cleanDir(p string) (string, error) {
+	w, err := f.Clean(p)
+	if err != nil {
+		return "", err
+	}
+	st, err := f.stat(w)
+	if err != nil {
+		return "", pathErr(w, err)
+	}
+	if !st.IsDir() {
+		return "", errorf(Invalid, "path '%s' is not a directory", w)
+	}
+	return w, nil
+}
+
 func (f *FS) stat(w string) (fs.FileInfo, error) {
 	if f.root == nil {
 		return statNoMagic(w)
@@ -245,18 +261,11 @@ func (f *FS) name(kind byte, id uint32) string {
 // List returns the entries below p up to depth levels (depth < 1 means 1),
 // not following symlinked directories below p. p itself may be a symlink.
 func (f *FS) List(p string, depth int) ([]Info, error) {
-	w, err := f.Clean(p)
+	w, err := f.cleanDir(p)
 	if err != nil {
 		return nil, err
 	}
 	depth = max(depth, 1)
-	st, err := f.stat(w)
-	if err != nil {
-		return nil, pathErr(w, err)
-	}
-	if !st.IsDir() {
-		return nil, errorf(Invalid, "path '%s' is not a directory", w)
-	}
 	var out []Info
 	const maxEntries = 100000
 	var walk func(dir string, level int) error

@@ -41,16 +41,9 @@ var networkFS = map[int64]bool{0x6969: true, 0x517B: true, 0xFF534D42: true, 0xF
 // Watch starts watching directory p (and, with recursive, every directory
 // below it, including those created later).
 func (f *FS) Watch(p string, recursive, allowNetwork bool) (*Watcher, error) {
-	w, err := f.Clean(p)
+	w, err := f.cleanDir(p)
 	if err != nil {
 		return nil, err
-	}
-	st, err := f.stat(w)
-	if err != nil {
-		return nil, pathErr(w, err)
-	}
-	if !st.IsDir() {
-		return nil, errorf(Invalid, "path '%s' is not a directory", w)
 	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
