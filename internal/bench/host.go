@@ -38,13 +38,7 @@ func bwrapArgs(argv ...string) []string {
 // whole thing took.
 func runBwrap(ctx context.Context, bwrap string, argv ...string) (time.Duration, error) {
 	cmd := exec.CommandContext(ctx, bwrap, bwrapArgs(argv...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("bwrap %v: %w: %s", argv, err, strings.TrimSpace(stderr.String()))
-	}
-	return time.Since(start), nil
+	return timedRun(cmd, fmt.Sprintf("bwrap %v", argv))
 }
 
 // hostSpawn runs argv once as a child of this process, stdout and stderr
@@ -52,11 +46,19 @@ func runBwrap(ctx context.Context, bwrap string, argv ...string) (time.Duration,
 // start to reaped took.
 func hostSpawn(ctx context.Context, argv ...string) (time.Duration, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	return timedRun(cmd, fmt.Sprintf("%v on the host", argv))
+}
+
+// timedRun runs cmd with its stderr captured for the error, which what names,
+// and returns how long start to reaped took.
+func timedRun(cmd *exec.Cmd, what string) (time.Duration, error) {
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("%v on the host: %w: %s", argv, err, strings.TrimSpace(errOut.String()))
+		return 0, fmt.Errorf("%s: %w: %s", what, err, strings.TrimSpace(stderr.String()))
 	}
 	return time.Since(start), nil
 }
