@@ -95,6 +95,49 @@ func streamExec(t *testing.T, d *daemon, id, command string) <-chan streamEvent 
 	return out
 }
 
+// awaitLost waits for the streamed exec's events to end, within streamBound,
+// with a result of reason agent_lost, then for sandbox id to be in state error
+// within stateBound of since, when the agent got signal sig; it returns the
+// sandbox's state_reason.
+func awaitLost(t *testing.T, d *daemon, id string, events <-chan streamEvent, since time.Time, streamBound, stateBound time.Duration, sig string) string {
+	t.Helper()
+	var last streamEvent
+	timeout := time.After(streamBound)
+wait:
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				break wait
+			}
+			last = ev
+		case <-timeout:
+			t.Fatalf("the exec in flight did not end within %v of the agent's %s", streamBound, sig)
+		}
+	}
+	if last.Type != "result" || last.Reason != "agent_lost" {
+		t.Errorf("last event of the exec in flight = %+v, want a result with reason agent_lost", last)
+	}
+	var sb struct {
+		State       string `json:"state"`
+		StateReason string `json:"state_reason"`
+	}
+	for {
+		st, b := d.api("GET", "/v1/sandboxes/"+id, nil)
+		if st != 200 {
+			t.Fatalf("GET %s after the agent's %s = %d %s", id, sig, st, b)
+		}
+		json.Unmarshal(b, &sb)
+		if sb.State == "error" {
+			return sb.StateReason
+		}
+		if time.Since(since) > stateBound {
+			t.Fatalf("sandbox %s is %q %v after its agent's %s, want error", id, sb.State, stateBound, sig)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // PR-03, RL-03: the agent SIGKILLed from the host mid-exec. Within 5 s the
 // exec ends with reason agent_lost and the sandbox's state is error, saying
 // agent_lost and the signal; later calls get 502 agent_lost naming the sandbox
@@ -121,46 +164,9 @@ func TestAgentKilledIsLost(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("killing agent pid %d: %v", pid, err)
 	}
-	killed := time.Now()
-
-	var last streamEvent
-	timeout := time.After(agentLossBound)
-wait:
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				break wait
-			}
-			last = ev
-		case <-timeout:
-			t.Fatalf("the exec in flight did not end within %v of the agent's SIGKILL", agentLossBound)
-		}
-	}
-	if last.Type != "result" || last.Reason != "agent_lost" {
-		t.Errorf("last event of the exec in flight = %+v, want a result with reason agent_lost", last)
-	}
-
-	var sb struct {
-		State       string `json:"state"`
-		StateReason string `json:"state_reason"`
-	}
-	for {
-		st, b := d.api("GET", "/v1/sandboxes/"+id, nil)
-		if st != 200 {
-			t.Fatalf("GET %s after the kill = %d %s", id, st, b)
-		}
-		json.Unmarshal(b, &sb)
-		if sb.State == "error" {
-			break
-		}
-		if time.Since(killed) > agentLossBound {
-			t.Fatalf("sandbox %s is %q %v after its agent was killed, want error", id, sb.State, agentLossBound)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(sb.StateReason, "agent_lost") || !strings.Contains(sb.StateReason, "signal 9") {
-		t.Errorf("state_reason = %q, want agent_lost and signal 9", sb.StateReason)
+	reason := awaitLost(t, d, id, events, time.Now(), agentLossBound, agentLossBound, "SIGKILL")
+	if !strings.Contains(reason, "agent_lost") || !strings.Contains(reason, "signal 9") {
+		t.Errorf("state_reason = %q, want agent_lost and signal 9", reason)
 	}
 
 	st, b := d.api("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": "true"})
@@ -212,43 +218,10 @@ func TestAgentHungIsLost(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("stopping agent pid %d: %v", pid, err)
 	}
-	stopped := time.Now()
 	defer syscall.Kill(pid, syscall.SIGCONT) // harmless once it is dead
-
-	var last streamEvent
-	timeout := time.After(hungAgentBound)
-wait:
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				break wait
-			}
-			last = ev
-		case <-timeout:
-			t.Fatalf("the exec in flight did not end within %v of the agent's SIGSTOP", hungAgentBound)
-		}
-	}
-	if last.Type != "result" || last.Reason != "agent_lost" {
-		t.Errorf("last event of the exec in flight = %+v, want a result with reason agent_lost", last)
-	}
-	var sb struct {
-		State       string `json:"state"`
-		StateReason string `json:"state_reason"`
-	}
-	for {
-		_, b := d.api("GET", "/v1/sandboxes/"+id, nil)
-		json.Unmarshal(b, &sb)
-		if sb.State == "error" {
-			break
-		}
-		if time.Since(stopped) > agentLossBound {
-			t.Fatalf("sandbox %s is %q %v after its agent stopped answering, want error", id, sb.State, agentLossBound)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(sb.StateReason, "agent_lost") || !strings.Contains(sb.StateReason, "health") {
-		t.Errorf("state_reason = %q, want agent_lost and the missed health checks", sb.StateReason)
+	reason := awaitLost(t, d, id, events, time.Now(), hungAgentBound, agentLossBound, "SIGSTOP")
+	if !strings.Contains(reason, "agent_lost") || !strings.Contains(reason, "health") {
+		t.Errorf("state_reason = %q, want agent_lost and the missed health checks", reason)
 	}
 	// Nothing of the sandbox runs any more: no process on the host in its cgroups
 	// (a hang guard of a minute, not a timing assertion).
