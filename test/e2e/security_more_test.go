@@ -171,17 +171,7 @@ func (r *run) call(d *daemon, key, method, path string, body any, hdr map[string
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		r.t.Fatalf("%s %.100s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r.record(b)
-	return resp.StatusCode, resp.Header, b
+	return r.send(req, hdr)
 }
 
 // createAs creates a sandbox on d with key and returns its id; anything but

@@ -244,17 +244,24 @@ func (r *run) raw(method, path string, body io.Reader, hdr map[string]string) (i
 		r.t.Fatalf("%s %.100s: %v", method, path, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+r.d.key)
+	st, _, b := r.send(req, hdr)
+	return st, b
+}
+
+// send sets hdr on req, does it, and records the response body, read whole.
+func (r *run) send(req *http.Request, hdr map[string]string) (int, http.Header, []byte) {
+	r.t.Helper()
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		r.t.Fatalf("%s %.100s: %v", method, path, err)
+		r.t.Fatalf("%s %.100s: %v", req.Method, req.URL.RequestURI(), err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	r.record(b)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // api does one JSON request (body nil for none) and records the response.
