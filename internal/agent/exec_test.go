@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -221,4 +222,43 @@ func TestWorkloadOOMScore(t *testing.T) {
 	if own, _ := os.ReadFile("/proc/self/oom_score_adj"); strings.TrimSpace(string(own)) == "500" {
 		t.Errorf("the test process's own score was raised too")
 	}
+}
+
+// TestOrphansReaped: a command that leaves a background child exits; the child,
+// an orphan, is reparented to the agent's process (a subreaper) and must be
+// reaped once it exits, not left a zombie. Twice: the second orphan comes after
+// the agent had no child at all.
+func TestOrphansReaped(t *testing.T) {
+	a := startAgent(t, boot.AgentConfig{})
+	for round := range 2 {
+		res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "sleep 0.3 >/dev/null 2>&1 & echo $!"}, false, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("round %d: Exec = %+v, %v", round, res, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+		if err != nil {
+			t.Fatalf("round %d: stdout %q: %v", round, res.Stdout, err)
+		}
+		// Control: the orphan is running, and is this process's child now.
+		if st := procState(pid); st == "" || st == "Z" {
+			t.Fatalf("round %d: orphan %d state %q right after the exec, want running", round, pid, st)
+		}
+		if !waitFor(func() bool { return procState(pid) == "" }) {
+			t.Fatalf("round %d: orphan %d still in state %q: never reaped", round, pid, procState(pid))
+		}
+	}
+}
+
+// procState is the state letter of pid in /proc (Z for a zombie), or "" once
+// the process is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return "?"
 }
