@@ -65,6 +65,15 @@ type Report struct {
 	BwrapOneShot *Summary `json:"bwrap_one_shot,omitempty"`
 	// BwrapThroughput is one-shot bubblewrap runs per second with Concurrency workers.
 	BwrapThroughput float64 `json:"bwrap_runs_per_second,omitempty"`
+	// RoundTrip is one API call that does no sandbox work (GET /v1/health): the
+	// transport part of every exec. Absent when the API cannot make one.
+	RoundTrip *Summary `json:"round_trip,omitempty"`
+	// NamespacesThroughput is `true` run in fresh namespaces by util-linux
+	// unshare (mount, UTS, IPC, network, PID, cgroup), per second with
+	// Concurrency workers: no mounts, no cgroups, no agent, no daemon. What
+	// the machine's kernel allows any namespace sandbox at most.
+	NamespacesThroughput  float64 `json:"namespaces_runs_per_second,omitempty"`
+	NamespacesUnavailable string  `json:"namespaces_unavailable,omitempty"`
 	// Memory with Idle idle sandboxes.
 	IdleSandboxes     int     `json:"idle_sandboxes"`
 	DaemonRSSMB       float64 `json:"daemon_rss_mb,omitempty"`
@@ -154,6 +163,22 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	}
 	rep.HostSpawn = summarize(spawns)
 
+	if pa, ok := api.(PoolAPI); ok {
+		opts.progress("API round trip: %d warm-up + %d health calls", opts.Warmup, opts.Runs)
+		rts := make([]time.Duration, 0, opts.Runs)
+		for i := range opts.Warmup + opts.Runs {
+			start := time.Now()
+			if _, _, err := pa.Pool(ctx); err != nil {
+				return rep, err
+			}
+			if i >= opts.Warmup {
+				rts = append(rts, time.Since(start))
+			}
+		}
+		s := summarize(rts)
+		rep.RoundTrip = &s
+	}
+
 	opts.progress("throughput: %d create+exec+destroy cycles, %d workers", opts.Cycles, opts.Concurrency)
 	rate, err := parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
 		_, err := coldStartAndDelete(ctx, api)
@@ -186,6 +211,19 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 				_, err := runBwrap(ctx, bwrap, trueArgv...)
 				return err
 			})
+		}
+	}
+
+	if unshare, err := exec.LookPath("unshare"); err != nil {
+		rep.NamespacesUnavailable = "unshare not installed (Debian package util-linux)"
+	} else {
+		opts.progress("bare namespaces: %d runs of unshare … true with %d workers", opts.Cycles, opts.Concurrency)
+		rep.NamespacesThroughput, err = parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
+			_, err := runUnshare(ctx, unshare, trueArgv...)
+			return err
+		})
+		if err != nil {
+			rep.NamespacesThroughput, rep.NamespacesUnavailable = 0, err.Error()
 		}
 	}
 
@@ -409,6 +447,12 @@ func (r Report) WriteTable(w io.Writer) {
 		tratio = fmt.Sprintf("%.2fx", r.Throughput/r.BwrapThroughput)
 	}
 	fmt.Fprintf(tw, "create+exec+destroy (%d workers)\t%.1f /s\t\t\t%s\t%s\t%s\t≥ 100 /s\n", r.Concurrency, r.Throughput, bname, bt, tratio)
+	if r.NamespacesThroughput > 0 {
+		fmt.Fprintf(tw, "create+exec+destroy (%d workers)\t%.1f /s\t\t\t%s\t%.1f /s\t%.2fx\t\n", r.Concurrency, r.Throughput, "bare unshare + true", r.NamespacesThroughput, r.Throughput/r.NamespacesThroughput)
+	}
+	if rt := r.RoundTrip; rt != nil {
+		fmt.Fprintf(tw, "API round trip (health), p50\t%.2f ms\t%.2f ms\t%.2f ms\t\t\t\t\n", rt.P50MS, rt.P90MS, rt.P99MS)
+	}
 	if r.IdleSandboxes > 0 {
 		fmt.Fprintf(tw, "daemon RSS, %d idle sandboxes\t%.1f MB\t\t\t\t\t\t≤ 50 MB\n", r.IdleSandboxes, r.DaemonRSSMB)
 		fmt.Fprintf(tw, "agent per idle sandbox (PSS / USS / RSS)\t%.2f / %.2f / %.2f MB\t\t\t\t\t\t≤ 3 MB\n", r.AgentPSSMB, r.AgentUSSMB, r.AgentRSSMB)
@@ -416,6 +460,9 @@ func (r Report) WriteTable(w io.Writer) {
 	tw.Flush()
 	if r.BwrapUnavailable != "" {
 		fmt.Fprintf(w, "bwrap: %s\n", r.BwrapUnavailable)
+	}
+	if r.NamespacesUnavailable != "" {
+		fmt.Fprintf(w, "bare namespaces: %s\n", r.NamespacesUnavailable)
 	}
 	if r.MemoryUnavailable != "" {
 		fmt.Fprintf(w, "memory: %s\n", r.MemoryUnavailable)

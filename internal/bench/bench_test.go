@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -114,5 +115,34 @@ func TestColdStartWaitsForAFullPool(t *testing.T) {
 	rep, err := Run(t.Context(), &pooledAPI{fakeAPI: &fakeAPI{live: map[string]bool{}}, refillPolls: 1}, Options{Runs: 3, Warmup: 1, Concurrency: 1, Cycles: 2})
 	if err != nil || rep.ColdStartBackToBack == nil || rep.ColdStartBackToBack.N != 3 {
 		t.Errorf("Run with a pool: back to back = %+v, %v", rep.ColdStartBackToBack, err)
+	}
+	if rep.RoundTrip == nil || rep.RoundTrip.N != 3 {
+		t.Errorf("Run with a pool: round trip = %+v, want 3 samples of the health call", rep.RoundTrip)
+	}
+}
+
+// TestNamespacesPeer: the bare-namespaces ceiling runs (as root: unshare of
+// a network namespace needs it) and shows in the table beside sbx's figure.
+func TestNamespacesPeer(t *testing.T) {
+	rep, err := Run(t.Context(), &fakeAPI{live: map[string]bool{}}, Options{Runs: 2, Warmup: 1, Concurrency: 2, Cycles: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RoundTrip != nil {
+		t.Errorf("round trip = %+v from an API without health", rep.RoundTrip)
+	}
+	if os.Geteuid() != 0 {
+		if rep.NamespacesUnavailable == "" {
+			t.Errorf("not root, yet no reason for a missing namespaces figure: %+v", rep)
+		}
+		t.Skip("unshare of a network namespace needs root")
+	}
+	if rep.NamespacesThroughput <= 0 || rep.NamespacesUnavailable != "" {
+		t.Fatalf("namespaces = %v/s, %q", rep.NamespacesThroughput, rep.NamespacesUnavailable)
+	}
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "bare unshare + true") {
+		t.Errorf("table lacks the namespaces row:\n%s", buf.String())
 	}
 }

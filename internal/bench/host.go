@@ -41,6 +41,18 @@ func runBwrap(ctx context.Context, bwrap string, argv ...string) (time.Duration,
 	return timedRun(cmd, fmt.Sprintf("bwrap %v", argv))
 }
 
+// unshareArgs runs argv in fresh mount, UTS, IPC, network, PID and cgroup
+// namespaces, as every sbx sandbox has, and nothing more.
+func unshareArgs(argv ...string) []string {
+	return append([]string{"--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--cgroup", "--"}, argv...)
+}
+
+// runUnshare runs argv once under unshare and returns how long it took.
+func runUnshare(ctx context.Context, unshare string, argv ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, unshare, unshareArgs(argv...)...)
+	return timedRun(cmd, fmt.Sprintf("unshare %v", argv))
+}
+
 // hostSpawn runs argv once as a child of this process, stdout and stderr
 // captured through pipes as the agent captures them, and returns how long
 // start to reaped took.
