@@ -183,7 +183,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	if cfg.ReadyFD > 0 { // connections wait in the listen backlog until Serve accepts
 		unix.Close(cfg.ReadyFD)
 	}
-	go service.WarmExec()
+	go warmUp()
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
 	select {
 	case <-ctx.Done():
