@@ -36,10 +36,9 @@ func populateText() error {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || fields[1] != "r-xp" || strings.HasPrefix(fields[5], "[") {
-			continue // not file-backed code: [vdso], [vsyscall]
+		if !fileCode(fields) {
+			continue
 		}
 		lo, hi, ok := strings.Cut(fields[0], "-")
 		if !ok {
@@ -55,4 +54,11 @@ func populateText() error {
 		}
 	}
 	return sc.Err()
+}
+
+// fileCode reports whether a /proc/<pid>/maps line, split into fields
+// (start-end perms offset dev inode path), maps code from a file: not
+// anonymous, not [vdso] or [vsyscall].
+func fileCode(fields []string) bool {
+	return len(fields) >= 6 && fields[1] == "r-xp" && !strings.HasPrefix(fields[5], "[")
 }

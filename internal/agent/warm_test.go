@@ -25,7 +25,7 @@ func codeResidency(t *testing.T) (size, rss int) {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) >= 2 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			in = len(fields) >= 6 && fields[1] == "r-xp" && !strings.HasPrefix(fields[5], "[")
+			in = fileCode(fields)
 			continue
 		}
 		if !in || len(fields) < 2 {
