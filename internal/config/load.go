@@ -156,15 +156,20 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}
 	dur("SBX_QUEUE_TIMEOUT", "queue_timeout", &c.QueueTimeout)
 	dur("SBX_SHUTDOWN_TIMEOUT", "shutdown_timeout", &c.ShutdownTimeout)
-	integer := func(key, field string, dst *int) {
+	integer64 := func(key, field string, dst *int64) {
 		if v := getenv(key); v != "" {
-			n, err := strconv.Atoi(v)
+			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s (from %s): %q is not a whole number", field, key, v))
 				return
 			}
 			*dst = n
 		}
+	}
+	integer := func(key, field string, dst *int) {
+		n := int64(*dst)
+		integer64(key, field, &n)
+		*dst = int(n)
 	}
 	rate := func(key, field string, dst *float64) {
 		if v := getenv(key); v != "" {
@@ -184,16 +189,6 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	integer("SBX_EXEC_BURST_PER_KEY", "exec_burst_per_key", &c.ExecBurstPerKey)
 	dur("SBX_AUDIT_RETENTION", "audit_retention", &c.AuditRetention)
 	integer("SBX_AUDIT_MAX_RECORDS", "audit_max_records", &c.AuditMaxRecords)
-	integer64 := func(key, field string, dst *int64) {
-		if v := getenv(key); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s (from %s): %q is not a whole number", field, key, v))
-				return
-			}
-			*dst = n
-		}
-	}
 	integer64("SBX_ARCHIVE_MAX_BYTES", "archive_max_bytes", &c.ArchiveMaxBytes)
 	integer64("SBX_ARCHIVE_MAX_ENTRIES", "archive_max_entries", &c.ArchiveMaxEntries)
 	return errors.Join(errs...)
