@@ -73,9 +73,9 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// serve runs the daemon on cfg until ctx ends.
-// serve runs the daemon. base is the logger every part derives its own from,
-// each adding its component; the daemon's own lines say component=daemon.
+// serve runs the daemon on cfg until ctx ends. base is the logger every part
+// derives its own from, each adding its component; the daemon's own lines say
+// component=daemon.
 func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.Writer) (retErr error) {
 	log := base.With(logkey.Component, "daemon")
 	dir := cfg.DataDir
