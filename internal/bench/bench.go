@@ -136,47 +136,25 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	execs := make([]time.Duration, 0, opts.Runs)
-	for i := range opts.Warmup + opts.Runs {
-		start := time.Now()
-		if err := mustExec(ctx, api, id); err != nil {
-			api.Delete(context.WithoutCancel(ctx), id)
-			return rep, err
-		}
-		if i >= opts.Warmup {
-			execs = append(execs, time.Since(start))
-		}
+	rep.Exec, err = sample(opts, timed(func() error { return mustExec(ctx, api, id) }))
+	if err != nil {
+		api.Delete(context.WithoutCancel(ctx), id)
+		return rep, err
 	}
 	api.Delete(ctx, id)
-	rep.Exec = summarize(execs)
 
 	opts.progress("host spawn: %d warm-up + %d runs of true, no sandbox", opts.Warmup, opts.Runs)
-	spawns := make([]time.Duration, 0, opts.Runs)
-	for i := range opts.Warmup + opts.Runs {
-		d, err := hostSpawn(ctx, trueArgv...)
-		if err != nil {
-			return rep, err
-		}
-		if i >= opts.Warmup {
-			spawns = append(spawns, d)
-		}
+	if rep.HostSpawn, err = sample(opts, func() (time.Duration, error) { return hostSpawn(ctx, trueArgv...) }); err != nil {
+		return rep, err
 	}
-	rep.HostSpawn = summarize(spawns)
 
 	if pa, ok := api.(PoolAPI); ok {
 		opts.progress("API round trip: %d warm-up + %d health calls", opts.Warmup, opts.Runs)
-		rts := make([]time.Duration, 0, opts.Runs)
-		for i := range opts.Warmup + opts.Runs {
-			start := time.Now()
-			if _, _, err := pa.Pool(ctx); err != nil {
-				return rep, err
-			}
-			if i >= opts.Warmup {
-				rts = append(rts, time.Since(start))
-			}
+		rt, err := sample(opts, timed(func() error { _, _, err := pa.Pool(ctx); return err }))
+		if err != nil {
+			return rep, err
 		}
-		s := summarize(rts)
-		rep.RoundTrip = &s
+		rep.RoundTrip = &rt
 	}
 
 	opts.progress("throughput: %d create+exec+destroy cycles, %d workers", opts.Cycles, opts.Concurrency)
@@ -193,20 +171,11 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 		rep.BwrapUnavailable = "bwrap not installed (Debian package bubblewrap)"
 	} else {
 		opts.progress("bwrap: %d warm-up + %d one-shot runs of true, then %d runs with %d workers", opts.Warmup, opts.Runs, opts.Cycles, opts.Concurrency)
-		var bw []time.Duration
-		for i := range opts.Warmup + opts.Runs {
-			d, err := runBwrap(ctx, bwrap, trueArgv...)
-			if err != nil {
-				rep.BwrapUnavailable = err.Error()
-				break
-			}
-			if i >= opts.Warmup {
-				bw = append(bw, d)
-			}
-		}
-		if rep.BwrapUnavailable == "" {
-			s := summarize(bw)
-			rep.BwrapOneShot = &s
+		bw, err := sample(opts, func() (time.Duration, error) { return runBwrap(ctx, bwrap, trueArgv...) })
+		if err != nil {
+			rep.BwrapUnavailable = err.Error()
+		} else {
+			rep.BwrapOneShot = &bw
 			rep.BwrapThroughput, _ = parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
 				_, err := runBwrap(ctx, bwrap, trueArgv...)
 				return err
@@ -250,22 +219,39 @@ func ColdStart(ctx context.Context, api API, opts Options, poolFull bool) (Summa
 		how = "each once the warm pool is full"
 	}
 	opts.progress("cold start: %d warm-up + %d runs of create → exec true, %s", opts.Warmup, opts.Runs, how)
-	cold := make([]time.Duration, 0, opts.Runs)
-	for i := range opts.Warmup + opts.Runs {
+	return sample(opts, func() (time.Duration, error) {
 		if poolFull {
 			if err := waitPoolFull(ctx, pa); err != nil {
-				return Summary{}, err
+				return 0, err
 			}
 		}
-		d, err := coldStart(ctx, api)
+		return coldStart(ctx, api)
+	})
+}
+
+// sample calls f opts.Warmup + opts.Runs times and summarizes the durations it
+// returns after the warm-up; f's first error ends it.
+func sample(opts Options, f func() (time.Duration, error)) (Summary, error) {
+	ds := make([]time.Duration, 0, opts.Runs)
+	for i := range opts.Warmup + opts.Runs {
+		d, err := f()
 		if err != nil {
 			return Summary{}, err
 		}
 		if i >= opts.Warmup {
-			cold = append(cold, d)
+			ds = append(ds, d)
 		}
 	}
-	return summarize(cold), nil
+	return summarize(ds), nil
+}
+
+// timed makes f a sample: how long one call took.
+func timed(f func() error) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		start := time.Now()
+		err := f()
+		return time.Since(start), err
+	}
 }
 
 // poolWait bounds the wait for a full pool: a pool that cannot fill (a failing
