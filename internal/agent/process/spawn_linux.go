@@ -18,6 +18,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/osthread"
 )
 
@@ -154,7 +155,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	// raise its child's, which the child's descendants inherit. The child runs
 	// for a few microseconds before this write; nothing it allocates in that
 	// time makes the difference.
-	if err := writeAt(unix.AT_FDCWD, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj", workloadOOMScoreAdj); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := cgroup.WriteFileAt(unix.AT_FDCWD, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj", workloadOOMScoreAdj); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.cfg.Log.Debug("raising a process's OOM score", "pid", pid, "err", err)
 	}
 	t.mu.Lock()
@@ -178,7 +179,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 // there, and is then discarded (osthread), so the child never runs outside it.
 func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
 	err = osthread.Discarded(func() error {
-		if err := writeAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
+		if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
 			return fmt.Errorf("joining freezer group: %w", err)
 		}
 		pid, err = syscall.ForkExec(path, argv, pa)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/isolation/cgroup"
 )
 
 type treeKind int
@@ -53,35 +55,6 @@ func newGroup(kind treeKind, parent int, id string) (*group, error) {
 	return g, nil
 }
 
-func writeAt(dirfd int, name, value string) error {
-	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	_, err = unix.Write(fd, []byte(value))
-	return err
-}
-
-func readAt(dirfd int, name string) ([]byte, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	var out []byte
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Read(fd, buf)
-		if n > 0 {
-			out = append(out, buf[:n]...)
-		}
-		if err != nil || n == 0 {
-			return out, err
-		}
-	}
-}
-
 // kill sends SIGKILL to every process of the tree. pgid is the process group
 // of the leader, used when there is no cgroup; the caller guarantees the leader
 // is not yet reaped, so the group id is still ours.
@@ -95,7 +68,7 @@ func (g *group) kill(pgid int) error {
 	}
 	switch g.kind {
 	case treeV2:
-		return writeAt(int(g.dir.Fd()), "cgroup.kill", "1")
+		return cgroup.WriteFileAt(int(g.dir.Fd()), "cgroup.kill", "1")
 	case treeV1:
 		return g.freezeKill()
 	default:
@@ -111,19 +84,19 @@ func (g *group) kill(pgid int) error {
 func (g *group) freezeKill() error {
 	fd := int(g.dir.Fd())
 	for range 100 {
-		if err := writeAt(fd, "freezer.state", "FROZEN"); err != nil {
+		if err := cgroup.WriteFileAt(fd, "freezer.state", "FROZEN"); err != nil {
 			return fmt.Errorf("freezing: %w", err)
 		}
 		for range 200 { // the kernel freezes asynchronously
-			st, err := readAt(fd, "freezer.state")
+			st, err := cgroup.ReadFileAt(fd, "freezer.state")
 			if err != nil || bytes.HasPrefix(st, []byte("FROZEN")) {
 				break
 			}
 			time.Sleep(time.Millisecond)
 		}
-		procs, err := readAt(fd, "cgroup.procs")
+		procs, err := cgroup.ReadFileAt(fd, "cgroup.procs")
 		if err != nil {
-			writeAt(fd, "freezer.state", "THAWED")
+			cgroup.WriteFileAt(fd, "freezer.state", "THAWED")
 			return err
 		}
 		pids := strings.Fields(string(procs))
@@ -132,7 +105,7 @@ func (g *group) freezeKill() error {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if err := writeAt(fd, "freezer.state", "THAWED"); err != nil {
+		if err := cgroup.WriteFileAt(fd, "freezer.state", "THAWED"); err != nil {
 			return fmt.Errorf("thawing: %w", err)
 		}
 		if len(pids) == 0 {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sbx/internal/osthread"
 )
 
@@ -593,52 +595,56 @@ func (l *Layout) rmdir(dir string) {
 	syscall.Rmdir(dir)
 }
 
-// writeFile writes val to an existing cgroup file: cgroupfs reports a rejected
-// value as the error of write, and a missing file must not be created.
-// Interface files are read and written with plain system calls: os.File would
-// also register each with the poller.
-func writeFile(path, val string) error {
-	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
+// WriteFileAt writes val to an existing kernel interface file, a cgroup's or
+// a process's under /proc, name relative to dirfd (unix.AT_FDCWD for a path):
+// the kernel reports a rejected value as the error of write, and a missing
+// file must not be created. Interface files are read and written with plain
+// system calls: os.File would also register each with the poller.
+func WriteFileAt(dirfd int, name, val string) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: path, Err: err}
+		return &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	defer syscall.Close(fd)
+	defer unix.Close(fd)
 	for {
-		_, err = syscall.Write(fd, []byte(val))
-		if err != syscall.EINTR {
+		_, err = unix.Write(fd, []byte(val))
+		if err != unix.EINTR {
 			break
 		}
 	}
 	if err != nil {
-		return &fs.PathError{Op: "write", Path: path, Err: err}
+		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
 	return nil
 }
 
-// readFile reads a cgroup file whole; see writeFile.
-func readFile(path string) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+// ReadFileAt reads a kernel interface file whole; see WriteFileAt.
+func ReadFileAt(dirfd int, name string) ([]byte, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	defer syscall.Close(fd)
+	defer unix.Close(fd)
 	buf := make([]byte, 0, 512)
 	for {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, len(buf))
 		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
 		switch {
-		case err == syscall.EINTR:
+		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: name, Err: err}
 		case n == 0:
 			return buf, nil
 		}
 		buf = buf[:len(buf)+n]
 	}
 }
+
+func writeFile(path, val string) error     { return WriteFileAt(unix.AT_FDCWD, path, val) }
+func readFile(path string) ([]byte, error) { return ReadFileAt(unix.AT_FDCWD, path) }
 
 func readFields(path string) ([]string, error) {
 	b, err := readFile(path)
