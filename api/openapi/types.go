@@ -369,7 +369,9 @@ type BackendHealth struct {
 	Level     string            `json:"level"`
 	Sandbox   bool              `json:"sandbox"`
 	Layers    map[string]string `json:"layers"`
-	Reasons   []string          `json:"reasons"`
+	// LayerReasons says why this host cannot apply each missing layer.
+	LayerReasons map[string]string `json:"layer_reasons,omitempty"`
+	Reasons      []string          `json:"reasons"`
 }
 
 // IdempotencyKeyHeader makes POST /v1/sandboxes idempotent for its caller.

@@ -18,9 +18,10 @@ func main() {
 	if len(os.Args) > 1 { // hidden stages first: before flags, signals, goroutines
 		switch os.Args[1] {
 		case boot.InitArg:
-			agent.Main(nsinit.Main()) // the jail's init; then this process is the agent
+			cfg := nsinit.Main() // the jail's init; then this process is the agent
+			agent.Main(cfg, nsinit.Layers())
 		case boot.AgentArg:
-			agent.Main(nil) // never returns
+			agent.Main(nil, nil) // never returns
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -35,8 +35,9 @@ const Version = "sbx-agent/1"
 const maxConfig = 16 << 20
 
 // Main runs the agent from cfgJSON (boot.AgentConfig as JSON), or, when it is
-// nil, from what it reads on boot.ConfigFD. It never returns.
-func Main(cfgJSON []byte) {
+// nil, from what it reads on boot.ConfigFD. initLayers are what the init stage
+// before it applied, reported with the agent's own. It never returns.
+func Main(cfgJSON []byte, initLayers map[string]string) {
 	// An idle agent should cost little memory: few threads, a small heap. The
 	// backend normally sets this in the environment (boot.RuntimeEnv).
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -63,6 +64,9 @@ func Main(cfgJSON []byte) {
 	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "sbx agent: parsing configuration:", err)
 		os.Exit(2)
+	}
+	if initLayers != nil {
+		cfg.Layers = initLayers
 	}
 	if cfg.ReadyFD > 0 {
 		unix.CloseOnExec(cfg.ReadyFD)
@@ -152,6 +156,15 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		return err
 	}
 	defer tree.Close()
+	conf, report, err := newConfinement(cfg)
+	if err != nil {
+		ln.Close()
+		if cfg.ReadyFD > 0 {
+			unix.Write(cfg.ReadyFD, []byte("agent: confining processes: "+err.Error()))
+			unix.Close(cfg.ReadyFD)
+		}
+		return err
+	}
 	outDir := cfg.OutputDir
 	if outDir == "" {
 		outDir = "/tmp/sbx-output"
@@ -162,6 +175,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		CgroupFD:         cfg.CgroupFD,
 		FreezerFD:        cfg.FreezerFD,
 		OOMFD:            cfg.OOMFD,
+		Confine:          conf.hook(),
 		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
 		Log:              log,
 	})
@@ -181,6 +195,11 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if cfg.ReadyFD > 0 { // connections wait in the listen backlog until Serve accepts
+		if len(report.Layers) > 0 {
+			if js, err := json.Marshal(report); err == nil {
+				unix.Write(cfg.ReadyFD, append([]byte(boot.ReadyPrefix), js...))
+			}
+		}
 		unix.Close(cfg.ReadyFD)
 	}
 	go warmUp()

@@ -6,6 +6,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -100,9 +101,11 @@ type Report struct {
 	Level string
 	// Sandbox is false for backends that do not isolate (local).
 	Sandbox bool
-	// Layers is what this host can apply.
-	Layers map[string]sandbox.LayerState
-	Checks []Check
+	// Layers is what this host can apply; LayerReasons says why not, for
+	// each missing one.
+	Layers       map[string]sandbox.LayerState
+	LayerReasons map[string]string
+	Checks       []Check
 }
 
 // Check is one requirement a probe tested.
@@ -141,7 +144,16 @@ type Options struct {
 	// are passed to the agent (0: its defaults).
 	ArchiveMaxBytes   int64
 	ArchiveMaxEntries int64
+	// UIDRange is the host uid/gid range whose 65536-id slots the sandboxes'
+	// user namespaces map to: "START-END" (inclusive), or "auto" or "" for a
+	// free block chosen host-wide and kept across restarts (native).
+	UIDRange string
 }
+
+// ErrRefused marks an Opener's error that is the operator's configuration at
+// fault (a uid range overlapping another instance's, say): the daemon refuses
+// to start with it rather than run without the driver.
+var ErrRefused = errors.New("configuration refused")
 
 // Opener opens a driver.
 type Opener func(ctx context.Context, opts Options) (Driver, error)

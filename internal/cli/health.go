@@ -5,6 +5,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -44,6 +46,11 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\n", b.Name, b.Available, b.Primary, orDash(b.Level), sb, orDash(strings.Join(b.Reasons, "; ")))
 		}
 		tw.Flush()
+		for _, b := range h.Backends {
+			for _, l := range slices.Sorted(maps.Keys(b.LayerReasons)) {
+				fmt.Fprintf(e.stdout, "%s: layer %s missing: %s\n", b.Name, l, b.LayerReasons[l])
+			}
+		}
 	}
 	if h.Status != "ok" {
 		return exitError

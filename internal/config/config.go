@@ -37,6 +37,13 @@ type Config struct {
 	// started ahead of demand, so a create that fits is a hand-out, not a cold
 	// start. 0 turns the warm pool off. Env SBX_POOL_SIZE.
 	PoolSize int `toml:"pool_size"`
+	// UIDRange is the host uid/gid range the sandboxes' user namespaces map
+	// into, 65536 ids per sandbox: "START-END" (inclusive; START a multiple
+	// of 65536), or "auto" (default) for a free block of 1024 sandboxes'
+	// worth, chosen host-wide and kept across restarts. A range overlapping
+	// a host user, /etc/subuid or another instance's is refused at start.
+	// Env SBX_UID_RANGE.
+	UIDRange string `toml:"uid_range"`
 	// QueueTimeout bounds a create's wait in the queue before a 503.
 	QueueTimeout time.Duration `toml:"queue_timeout"`
 	// OutputLimitBytes is the per-stream output an exec result keeps (head and tail).
@@ -95,6 +102,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		Policy:               sandbox.DefaultPolicy(),
 		MaxConcurrentCreates: 2 * runtime.GOMAXPROCS(0),
 		PoolSize:             4,
+		UIDRange:             "auto",
 		QueueTimeout:         60 * time.Second,
 		OutputLimitBytes:     1 * sandbox.MiB,
 		SpillLimitBytes:      256 * sandbox.MiB,

@@ -147,6 +147,17 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 		c.MaxConcurrentCreates = n
 	}
+	if v := getenv("SBX_ALLOW_MISSING"); v != "" {
+		c.Policy.AllowMissing = nil
+		for _, l := range strings.Split(v, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				c.Policy.AllowMissing = append(c.Policy.AllowMissing, l)
+			}
+		}
+	}
+	if v := getenv("SBX_UID_RANGE"); v != "" {
+		c.UIDRange = v
+	}
 	if v := getenv("SBX_POOL_SIZE"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -221,6 +232,8 @@ type filePolicy struct {
 	Templates          []string      `toml:"templates"`
 	RequireLayers      []string      `toml:"require_layers"`
 	AllowMissing       []string      `toml:"allow_missing"`
+	SeccompProfile     string        `toml:"seccomp_profile"`
+	CapProfile         string        `toml:"cap_profile"`
 }
 
 func toFile(c Config) fileConfig {
@@ -236,6 +249,8 @@ func toFile(c Config) fileConfig {
 		Templates:        slices.Clone(p.Templates),
 		RequireLayers:    slices.Clone(p.RequireLayers),
 		AllowMissing:     slices.Clone(p.AllowMissing),
+		SeccompProfile:   p.SeccompProfile,
+		CapProfile:       p.CapProfile,
 	}
 	for _, n := range p.Networks {
 		fp.Networks = append(fp.Networks, string(n))
@@ -257,6 +272,8 @@ func (f fileConfig) config() Config {
 		Templates:        fp.Templates,
 		RequireLayers:    fp.RequireLayers,
 		AllowMissing:     fp.AllowMissing,
+		SeccompProfile:   fp.SeccompProfile,
+		CapProfile:       fp.CapProfile,
 	}
 	for _, n := range fp.Networks {
 		c.Policy.Networks = append(c.Policy.Networks, sandbox.Network(n))

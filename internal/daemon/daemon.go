@@ -108,6 +108,11 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	log = base.With(logkey.Component, "daemon")
 
 	drivers, unopened := openDrivers(ctx, cfg, instance, base)
+	for _, u := range unopened {
+		if errors.Is(u.Err, backend.ErrRefused) {
+			return fmt.Errorf("backend %s: %w", u.Name, u.Err)
+		}
+	}
 	m, err := manager.New(ctx, manager.Options{
 		Store:                st,
 		Drivers:              drivers,
@@ -231,6 +236,7 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, base *
 			SpillLimitBytes:   cfg.SpillLimitBytes,
 			ArchiveMaxBytes:   cfg.ArchiveMaxBytes,
 			ArchiveMaxEntries: cfg.ArchiveMaxEntries,
+			UIDRange:          cfg.UIDRange,
 		})
 		if err != nil {
 			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)

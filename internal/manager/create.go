@@ -79,8 +79,10 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	m.limits.bind(res, spec.ID)
 	if !rep.Sandbox {
 		// The operator listed a non-sandbox backend (local): it has no layers to
-		// require, and the isolation it reports says so.
+		// require, and the isolation it reports says so. Its processes use
+		// the host's network, and the sandbox says that too.
 		spec.RequireLayers = nil
+		spec.Network = sandbox.NetworkHost
 	}
 	sb, err := m.start(ctx, nd, spec)
 	if err != nil {

@@ -23,7 +23,9 @@ type BackendHealth struct {
 	Level     string
 	Sandbox   bool
 	Layers    map[string]sandbox.LayerState
-	Reasons   []string
+	// LayerReasons says why each missing layer is missing on this host.
+	LayerReasons map[string]string
+	Reasons      []string
 }
 
 // Health probes every configured driver; reports younger than reprobeInterval
@@ -40,7 +42,8 @@ func (m *Manager) Health(ctx context.Context) []BackendHealth {
 	for i, nd := range m.drivers {
 		p := probes[i]
 		h := BackendHealth{Name: nd.Name, Available: p.err == nil && p.report.Available,
-			Level: p.report.Level, Sandbox: p.report.Sandbox, Layers: p.report.Layers, Reasons: p.report.Reasons()}
+			Level: p.report.Level, Sandbox: p.report.Sandbox, Layers: p.report.Layers, LayerReasons: p.report.LayerReasons,
+			Reasons: p.report.Reasons()}
 		if p.err != nil {
 			h.Reasons = append(h.Reasons, "probe: "+p.err.Error())
 		}

@@ -43,9 +43,17 @@ type Policy struct {
 	OutputLimitBytes int64 `json:"output_limit_bytes"`
 
 	Templates []string `json:"templates"`
-	// RequireLayers must be applied, unless named in AllowMissing.
+	// RequireLayers must be applied, unless named in AllowMissing: a create
+	// that cannot apply one fails with ErrIsolation naming it. Accepting a gap
+	// shows in the sandbox's level name ("native-minus-landlock").
 	RequireLayers []string `json:"require_layers"`
 	AllowMissing  []string `json:"allow_missing"`
+	// SeccompProfile names the seccomp profile every sandboxed process runs
+	// under ("default"; "nested-userns" lets it make user namespaces).
+	SeccompProfile string `json:"seccomp_profile"`
+	// CapProfile names the capabilities the sandbox's root keeps ("default";
+	// "docker" adds MKNOD, SETFCAP, AUDIT_WRITE, NET_RAW and SYS_CHROOT).
+	CapProfile string `json:"cap_profile"`
 }
 
 // DefaultPolicy returns the strict defaults.
@@ -68,10 +76,11 @@ func DefaultPolicy() Policy {
 		MaxExecTimeout:     3600 * time.Second,
 		OutputLimitBytes:   1 * MiB,
 		Templates:          []string{TemplateHost},
-		RequireLayers: []string{
-			LayerPidNS, LayerMntNS, LayerNetNS, LayerUTSNS, LayerIPCNS, LayerCgroupNS,
-			LayerCgroup, LayerCaps, LayerRlimits, LayerCloseFDs, LayerNNP,
-		},
+		// Every layer: a host that cannot apply one refuses creates, naming
+		// it, until the operator accepts the gap in AllowMissing.
+		RequireLayers:  slices.Clone(AllLayers),
+		SeccompProfile: "default",
+		CapProfile:     "default",
 	}
 }
 
@@ -120,6 +129,9 @@ func (p Policy) Admit(req CreateRequest) (Spec, error) {
 		Network:     req.Network,
 		Labels:      maps.Clone(req.Labels),
 		Env:         maps.Clone(req.Env),
+
+		SeccompProfile: p.SeccompProfile,
+		CapProfile:     p.CapProfile,
 	}
 	var errs []error
 	if s.Template == "" {

@@ -9,6 +9,9 @@ const (
 	NetworkNone      Network = "none"      // loopback only
 	NetworkAllowlist Network = "allowlist" // through the egress proxy, listed hosts only
 	NetworkFull      Network = "full"      // through the egress proxy, any host
+	// NetworkHost is reported, never granted: the local backend's processes
+	// use the host's network as they are.
+	NetworkHost Network = "host"
 )
 
 // CreateRequest is what a caller asks for. Zero fields take the policy's defaults.
@@ -40,6 +43,10 @@ type Spec struct {
 	// RequireLayers are the isolation layers that must be applied; a driver that
 	// cannot apply one fails Start with ErrIsolation naming it.
 	RequireLayers []string
+	// SeccompProfile and CapProfile name the seccomp profile and capability
+	// set of the sandbox's processes (Policy); "" is "default".
+	SeccompProfile string
+	CapProfile     string
 }
 
 // Template names.

@@ -19,7 +19,7 @@ func TestJailView(t *testing.T) {
 	// What the sandbox sees of processes is PR-01 of the attack catalogue.
 	// Every thread of the agent, and the workload, hold only the default
 	// capabilities with no_new_privs; the daemon's own are wider (control).
-	const dockerCaps = "00000000a80405fb" // nsinit.DefaultCaps
+	const dockerCaps = "00000000000005fb" // nsinit.DefaultCaps
 	r := d.sh(id, "grep -h -E '^(CapAmb|CapBnd|CapEff|CapPrm|NoNewPrivs)' /proc/1/task/*/status /proc/self/status | tr -d '\t' | sort | uniq -c")
 	for _, want := range []string{"CapAmb:0000000000000000", "CapBnd:" + dockerCaps, "CapEff:" + dockerCaps, "CapPrm:" + dockerCaps, "NoNewPrivs:1"} {
 		if !strings.Contains(r.Stdout, want) {
@@ -88,7 +88,7 @@ func TestJailView(t *testing.T) {
 	}
 	_, b := d.api("GET", "/v1/sandboxes/"+id, nil)
 	json.Unmarshal(b, &sb)
-	for _, l := range []string{"pidns", "mntns", "netns", "utsns", "ipcns", "cgroupns", "cgroup", "caps", "nnp"} {
+	for _, l := range []string{"userns", "pidns", "mntns", "netns", "utsns", "ipcns", "cgroupns", "cgroup", "caps", "rlimits", "closefds", "nnp", "landlock", "seccomp"} {
 		if sb.Isolation.Layers[l] != "applied" {
 			t.Errorf("layer %s = %q, want applied", l, sb.Isolation.Layers[l])
 		}

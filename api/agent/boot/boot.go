@@ -77,7 +77,40 @@ type AgentConfig struct {
 	// ReadyFD, when > 0, is the write end of a pipe the backend reads to EOF: the
 	// agent closes it once it serves, or first writes why it could not start.
 	ReadyFD int `json:"ready_fd,omitempty"`
+	// Seccomp, when set, is the seccomp-bpf program (struct sock_filter
+	// entries, 8 bytes each, native byte order) every process the agent starts
+	// runs under, loaded on the thread it is forked from; SeccompID names it
+	// ("<profile>@<hash>").
+	Seccomp   []byte `json:"seccomp,omitempty"`
+	SeccompID string `json:"seccomp_id,omitempty"`
+	// Landlock, when set, is the Landlock ruleset every process the agent
+	// starts runs under: what it may read and what it may write.
+	Landlock *LandlockRules `json:"landlock,omitempty"`
+	// Layers, when set, are the layers the init stage applied before the
+	// agent, each "applied" or why not; the agent adds its own and reports
+	// them all on ReadyFD.
+	Layers map[string]string `json:"layers,omitempty"`
 	// LogFD, when > 0, receives the agent's own logs (JSON lines), kept apart from
 	// every process's stdout and stderr. Otherwise logs go to stderr.
 	LogFD int `json:"log_fd,omitempty"`
+}
+
+// LandlockRules are absolute paths inside the sandbox: beneath Read only
+// reading and executing, beneath Write everything but making devices.
+type LandlockRules struct {
+	Read  []string `json:"read"`
+	Write []string `json:"write"`
+}
+
+// ReadyPrefix starts the line an agent writes on ReadyFD once it serves,
+// followed by its Report as JSON. Anything else written there is why it
+// could not start.
+const ReadyPrefix = "ready "
+
+// Report is what the init stage and agent actually applied.
+type Report struct {
+	// Layers maps a layer name to "applied", or to why it is not.
+	Layers         map[string]string `json:"layers"`
+	LandlockABI    int               `json:"landlock_abi,omitempty"`
+	SeccompProfile string            `json:"seccomp_profile,omitempty"`
 }

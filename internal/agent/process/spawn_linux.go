@@ -131,9 +131,18 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	reaper.mu.Lock()
 	p.StartedAt = time.Now()
 	var pid int
-	if g.kind == treeV1 {
-		pid, err = forkInFreezer(g, path, s.Argv, pa)
-	} else {
+	switch {
+	case g.kind == treeV1:
+		pid, err = forkInFreezer(g, t.cfg.Confine, path, s.Argv, pa)
+	case t.cfg.Confine != nil:
+		err = osthread.Discarded(func() error {
+			if err := t.cfg.Confine(); err != nil {
+				return fmt.Errorf("confining: %w", err)
+			}
+			pid, err = syscall.ForkExec(path, s.Argv, pa)
+			return err
+		})
+	default:
 		pid, err = syscall.ForkExec(path, s.Argv, pa)
 	}
 	if err == nil {
@@ -175,12 +184,18 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 }
 
 // forkInFreezer starts the child already inside its v1 freezer group: a
-// dedicated OS thread joins the group (v1 places threads through "tasks"), forks
-// there, and is then discarded (osthread), so the child never runs outside it.
-func forkInFreezer(g *group, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
+// dedicated OS thread joins the group (v1 places threads through "tasks"), is
+// confined, forks there, and is then discarded (osthread), so the child never
+// runs outside it.
+func forkInFreezer(g *group, confine func() error, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
 	err = osthread.Discarded(func() error {
 		if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
 			return fmt.Errorf("joining freezer group: %w", err)
+		}
+		if confine != nil {
+			if err := confine(); err != nil {
+				return fmt.Errorf("confining: %w", err)
+			}
 		}
 		pid, err = syscall.ForkExec(path, argv, pa)
 		return err

@@ -60,6 +60,12 @@ type Config struct {
 	CgroupFD, FreezerFD int
 	// OOMFD, when > 0, holds the sandbox's oom_kill counter.
 	OOMFD int
+	// Confine, when set, confines the OS thread each process is forked from,
+	// right before the fork, so the process starts with what that thread has
+	// (a seccomp filter and a Landlock domain are both per thread, and
+	// inherited). The thread is thrown away after the fork, never returned to
+	// the scheduler.
+	Confine func() error
 	// Spill creates the file for the full output of a truncated stream, named
 	// like "p1a2b3c4.stdout", and returns it with its wire path.
 	Spill func(name string) (*os.File, string, error)

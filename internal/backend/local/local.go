@@ -4,10 +4,12 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -52,6 +54,10 @@ type box struct {
 	dir  string
 	sock string
 	proc *backend.Proc // the agent; it holds nothing for a sandbox known only by its id
+	// ready is the read end of the agent's ReadyFD until its report is read;
+	// applied is the isolation built from that report.
+	ready   *os.File
+	applied sandbox.Isolation
 }
 
 // saved is Instance.Saved.
@@ -60,6 +66,8 @@ type saved struct {
 	Start  uint64 `json:"start_time"` // /proc/<pid>/stat field 22, against pid reuse
 	Socket string `json:"socket"`
 	Dir    string `json:"dir"`
+	// Applied is the isolation the sandbox was started with.
+	Applied *sandbox.Isolation `json:"applied,omitempty"`
 }
 
 // Open opens the driver over opts.DataDir.
@@ -151,8 +159,46 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 		}
 		return nil, err
 	}
+	iso, err := readReport(b)
+	if err != nil {
+		return nil, err
+	}
+	b.applied = iso
 	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, logkey.Duration, time.Since(began))
 	return d.instance(b)
+}
+
+// readyFD is the agent's boot.AgentConfig.ReadyFD.
+const readyFD = 4
+
+// readReport reads what the agent, serving, reports it applied to the
+// processes it starts, and returns the isolation of a local sandbox with it.
+// Confinement the agent could not apply fails the start: the operator's
+// choice of local does not waive it.
+func readReport(b *box) (sandbox.Isolation, error) {
+	defer b.ready.Close()
+	b.ready.SetReadDeadline(time.Now().Add(10 * time.Second))
+	msg, err := io.ReadAll(io.LimitReader(b.ready, 64<<10))
+	if err != nil {
+		return sandbox.Isolation{}, fmt.Errorf("reading the agent's report: %w", err)
+	}
+	js, ok := strings.CutPrefix(string(msg), boot.ReadyPrefix)
+	if !ok {
+		return sandbox.Isolation{}, fmt.Errorf("agent: %s", strings.TrimSpace(string(msg)))
+	}
+	var rep boot.Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		return sandbox.Isolation{}, fmt.Errorf("the agent's report: %w", err)
+	}
+	iso := isolation()
+	for _, l := range []string{sandbox.LayerLandlock, sandbox.LayerSeccomp} {
+		if rep.Layers[l] != "applied" {
+			return sandbox.Isolation{}, fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, cmp.Or(rep.Layers[l], "not reported"))
+		}
+		iso.Layers[l] = sandbox.Applied
+	}
+	iso.LandlockABI, iso.SeccompProfile = rep.LandlockABI, rep.SeccompProfile
+	return iso, nil
 }
 
 func dial(sock string) func(context.Context) (net.Conn, error) {
@@ -163,11 +209,15 @@ func dial(sock string) func(context.Context) (net.Conn, error) {
 }
 
 func (d *Driver) instance(b *box) (*backend.Instance, error) {
-	s, err := json.Marshal(saved{Pid: b.proc.Pid, Start: b.proc.Start, Socket: b.sock, Dir: b.dir})
+	iso := b.applied
+	s, err := json.Marshal(saved{Pid: b.proc.Pid, Start: b.proc.Start, Socket: b.sock, Dir: b.dir, Applied: &iso})
 	if err != nil {
 		return nil, err
 	}
-	return &backend.Instance{ID: b.id, Dial: dial(b.sock), Applied: isolation(), Saved: s}, nil
+	if iso.Backend == "" {
+		iso = isolation() // recovered: what the agent applied was not kept
+	}
+	return &backend.Instance{ID: b.id, Dial: dial(b.sock), Applied: iso, Saved: s}, nil
 }
 
 // spawn starts the agent in its own session; it outlives the daemon.
@@ -180,10 +230,24 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	for _, k := range slices.Sorted(mapsKeys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
+	scratch := filepath.Join(b.dir, "tmp")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return err
+	}
+	env = append(env, "TMPDIR="+scratch)
+	rules, err := landlockRules(ws, scratch)
+	if err != nil {
+		return fmt.Errorf("landlock rules: %w", err)
+	}
+	prog, progID, err := filter()
+	if err != nil {
+		return fmt.Errorf("seccomp profile: %w", err)
+	}
 	cfg := boot.AgentConfig{
 		SandboxID: string(b.id), Listen: b.sock, Root: ws, Workdir: "/", OutputDir: "/.sbx/output",
 		Env: env, OutputLimitBytes: d.opts.OutputLimitBytes, SpillLimitBytes: d.opts.SpillLimitBytes, Subreaper: true,
 		ArchiveMaxBytes: d.opts.ArchiveMaxBytes, ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
+		Landlock: rules, Seccomp: prog, SeccompID: progID, ReadyFD: readyFD,
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -208,14 +272,22 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	if err != nil {
 		return err
 	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return err
+	}
+	b.ready = readyR
 	pidfd := -1
 	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(b.id)}, &os.ProcAttr{
 		Dir:   ws,
 		Env:   append([]string{"PATH=" + env[0][len("PATH="):]}, boot.RuntimeEnv...),
-		Files: []*os.File{null, logf, logf, cfgR}, // boot.ConfigFD = 3
+		Files: []*os.File{null, logf, logf, cfgR, readyW}, // boot.ConfigFD = 3, readyFD
 		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
 	})
 	cfgR.Close()
+	readyW.Close()
 	if err != nil {
 		cfgW.Close()
 		return fmt.Errorf("starting the agent: %w", err)
@@ -413,6 +485,9 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 		return nil, notFound("its agent is gone")
 	}
 	b := &box{id: id, dir: s.Dir, sock: s.Socket, proc: proc}
+	if s.Applied != nil {
+		b.applied = *s.Applied
+	}
 	cl := agentclient.New(id, dial(b.sock))
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = cl.Health(hctx)

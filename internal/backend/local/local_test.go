@@ -68,8 +68,12 @@ func TestLifecycle(t *testing.T) {
 	if inst.Applied.Sandbox || inst.Applied.Level != "none" || inst.Applied.Warning == "" || inst.Applied.Cgroup != "none" {
 		t.Errorf("Applied = %+v, want not a sandbox, level none, a warning", inst.Applied)
 	}
+	if inst.Applied.Layers["landlock"] != sandbox.Applied || inst.Applied.Layers["seccomp"] != sandbox.Applied ||
+		inst.Applied.LandlockABI < 1 || !strings.HasPrefix(inst.Applied.SeccompProfile, "default@") {
+		t.Errorf("Applied = %+v, want Landlock and seccomp applied", inst.Applied)
+	}
 	cl := agentclient.New(inst.ID, inst.Dial)
-	pidfile := filepath.Join(t.TempDir(), "pid") // the local backend is no sandbox: it may write here
+	pidfile := filepath.Join(dataDir, string(sp.ID), "workspace", "pid")
 	res, err := cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "pwd; setsid sh -c 'sleep 1000 & echo $! > " + pidfile + "; wait' >/dev/null 2>&1 </dev/null &", Timeout: time.Minute}, false, nil)
 	if err != nil || res.ExitCode != 0 || string(res.Stdout) != filepath.Join(dataDir, string(sp.ID), "workspace")+"\n" {
 		t.Fatalf("Exec = %+v, %v", res, err)
@@ -100,6 +104,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatal("the setsid'd grandchild never wrote its pid")
 		}
 	}
+	b, _ := os.ReadFile(pidfile)
 	pids := agentPids(sp.ID)
 	if len(pids) == 0 {
 		t.Fatal("no agent process found")
@@ -117,7 +122,6 @@ func TestLifecycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, string(sp.ID))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("sandbox directory left behind: %v", err)
 	}
-	b, _ := os.ReadFile(pidfile)
 	if gpid, _ := strconv.Atoi(strings.TrimSpace(string(b))); gpid == 0 || !goneSoon(gpid) {
 		t.Errorf("setsid'd grandchild %q survived Destroy", b)
 	}
@@ -136,5 +140,53 @@ func TestRequireLayers(t *testing.T) {
 	}
 	if err := d.Destroy(context.Background(), sp.ID); err != nil {
 		t.Errorf("Destroy after a failed Start = %v", err)
+	}
+}
+
+// The local backend is no sandbox, but its commands are confined: they write
+// only their workspace and scratch directory and read neither the daemon's
+// data dir nor files outside the system directories.
+func TestConfined(t *testing.T) {
+	dataDir := t.TempDir()
+	d := openAt(t, dataDir)
+	sp := backendtest.Spec()
+	inst, err := d.Start(t.Context(), sp)
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	defer d.Destroy(context.Background(), sp.ID)
+	secret := filepath.Join(dataDir, "admin.key")
+	if err := os.WriteFile(secret, []byte("canary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	cl := agentclient.New(inst.ID, inst.Dial)
+	defer cl.Close()
+	sh := func(cmd string) int {
+		res, err := cl.Exec(t.Context(), sandbox.ExecRequest{Shell: cmd, Timeout: time.Minute}, false, nil)
+		if err != nil {
+			t.Fatalf("Exec(%q) = %v", cmd, err)
+		}
+		return res.ExitCode
+	}
+	for _, c := range []struct {
+		cmd  string
+		want bool
+	}{
+		{"echo x > ./in-workspace", true},                   // control
+		{"echo x > \"$TMPDIR\"/scratch", true},              // control
+		{"cat /etc/hostname /usr/bin/env >/dev/null", true}, // control
+		{"echo x > " + outside + "/f", false},
+		{"cat " + secret, false},
+		{"ls " + dataDir, false},
+		{"cat /etc/shadow", false},
+		{"ls " + os.Getenv("HOME"), false},
+	} {
+		if got := sh(c.cmd) == 0; got != c.want {
+			t.Errorf("%q succeeded = %v, want %v", c.cmd, got, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f")); err == nil {
+		t.Errorf("a local command wrote outside its workspace")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 
 	"sbx/internal/backend"
 	"sbx/internal/isolation/cgroup"
@@ -43,6 +44,15 @@ type Driver struct {
 	// skel and etcMask are the read-only layers shared by every sandbox.
 	skel    mount.Skeleton
 	etcMask string
+	// lowers are the host directories under the sandboxes' overlays, each
+	// attached in every sandbox as an idmapped copy (mount.IDMapped).
+	lowers []string
+	// uids hands out the sandboxes' host id ranges.
+	uids *uids
+
+	// unsupported, set by tests, makes layers missing on this host, with
+	// the reason given (PV-11's fault hook).
+	unsupported map[string]string
 
 	// testArgv, when set, replaces the agent: the init stage execs it and Start
 	// does not wait for the agent's health. Tests of the jail set it.
@@ -87,6 +97,23 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if d.etcMask, err = mount.BuildEtcMask(layers, "/etc"); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
+	d.lowers = []string{d.skel.Dir, "/usr", d.etcMask, "/etc"}
+	for _, name := range d.skel.RealDirs {
+		d.lowers = append(d.lowers, "/"+name)
+	}
+	want, err := ParseIDRange(opts.UIDRange)
+	if err != nil {
+		return nil, fmt.Errorf("opening native driver: %w: %w", backend.ErrRefused, err)
+	}
+	r, err := registerRange(opts.Instance, opts.DataDir, want)
+	if err != nil {
+		return nil, fmt.Errorf("opening native driver: %w: %w", backend.ErrRefused, err)
+	}
+	d.uids = newUIDs(r)
+	if err := d.claimExisting(); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	d.log.Info("user namespaces", "uid_range", r.String(), "sandboxes", r.Count/UIDSlot)
 	return d, nil
 }
 
@@ -138,18 +165,15 @@ func seal(exe, dir string) (string, error) {
 	return dst, nil
 }
 
-// layers is what every sandbox of this driver gets: fixed by the code, except
-// the cgroup layer, which needs the memory, pids and cpu controllers.
+// layers is what this host lets the driver apply: every layer, less those the
+// kernel lacks. What a sandbox got is read back when it starts (applied).
 func (d *Driver) layers() map[string]sandbox.LayerState {
 	m := map[string]sandbox.LayerState{}
 	for _, l := range sandbox.AllLayers {
 		m[l] = sandbox.Applied
-	}
-	for _, l := range []string{sandbox.LayerUserNS, sandbox.LayerLandlock, sandbox.LayerSeccomp} {
-		m[l] = sandbox.Missing // not implemented yet
-	}
-	if !d.cgroupComplete() {
-		m[sandbox.LayerCgroup] = sandbox.Missing
+		if d.missingReason(l) != "" {
+			m[l] = sandbox.Missing
+		}
 	}
 	return m
 }
@@ -158,21 +182,37 @@ func (d *Driver) cgroupComplete() bool {
 	return d.layout.Has("memory") && d.layout.Has("pids") && d.layout.Has("cpu")
 }
 
-// isolation is the report of what a sandbox of this driver has enforced.
-func (d *Driver) isolation() sandbox.Isolation {
-	layers := d.layers()
-	return sandbox.Isolation{
-		Backend: Name,
-		Level:   sandbox.LevelName(Name, layers),
-		Layers:  layers,
-		Cgroup:  d.layout.Mode(),
-		Sandbox: true,
-	}
-}
-
 // cgroupPath is the sandbox's cgroup, relative to each hierarchy's root.
 func (d *Driver) cgroupPath(id sandbox.ID) string {
 	return "sbx/" + d.opts.Instance + "/" + string(id)
 }
 
 func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
+
+// claimExisting records the id range of every sandbox directory left from
+// before a restart: the directory belongs to its sandbox's root, so its owner
+// is the first id of the range, held until the sandbox is destroyed.
+func (d *Driver) claimExisting() error {
+	ents, err := os.ReadDir(d.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		id, err := sandbox.ParseID(e.Name())
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid == 0 || st.Uid%UIDSlot != 0 {
+			continue // not (yet) handed to a sandbox's root
+		}
+		if err := d.uids.claim(uint64(st.Uid), id); err != nil {
+			return fmt.Errorf("sandbox directory %s: %w", filepath.Join(d.opts.DataDir, e.Name()), err)
+		}
+	}
+	return nil
+}

@@ -143,6 +143,9 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	}
 	d.boxes.Forget(b.id, b)
 	b.proc.Close()
+	// Only now, with no process, group or file of the sandbox left, may its
+	// ids go to another.
+	d.uids.release(b.id)
 	return nil
 }
 
@@ -159,7 +162,7 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 		return nil, &sandbox.Error{Op: "recover", ID: id, Err: fmt.Errorf("%w: saved state is not this driver's record of this sandbox", sandbox.ErrInvalid)}
 	}
 	if held, ok := d.boxes.Get(id); ok && held.proc.Held() {
-		return d.instance(held, d.isolation())
+		return d.instance(held, held.applied)
 	}
 	proc, err := backend.Pin(s.Pid, s.Start)
 	if err != nil {
@@ -177,13 +180,24 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 		proc.Close()
 		return nil, &sandbox.Error{Op: "recover", ID: id, Err: err}
 	}
+	if s.UID != 0 {
+		if err := d.uids.claim(s.UID, id); err != nil {
+			proc.Close()
+			return nil, &sandbox.Error{Op: "recover", ID: id, Err: err}
+		}
+	}
 	proc.Watch()
-	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, proc: proc}
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, proc: proc, uid: s.UID}
+	if s.Applied != nil {
+		b.applied = *s.Applied
+	} else {
+		b.applied, _ = d.applied(s.Pid, nil)
+	}
 	if held := d.boxes.Adopt(id, b, func(held *box) bool { return held.proc.Held() }); held != b {
 		proc.Close() // a concurrent Recover won
-		return d.instance(held, d.isolation())
+		return d.instance(held, held.applied)
 	}
-	return d.instance(b, d.isolation())
+	return d.instance(b, b.applied)
 }
 
 // Stats implements backend.Statser.

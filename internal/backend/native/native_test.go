@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,6 +95,14 @@ echo dev=$(ls /dev | tr '\n' ,)
 echo x > /dev/null && echo devnull=ok
 mount -t tmpfs x /mnt && echo mount=allowed || echo mount=denied
 echo cgroup=$(cat /proc/self/cgroup | tr '\n' ' ')
+unshare -U -r true && echo nested_userns=allowed || echo nested_userns=denied
+chroot / true && echo chroot=allowed || echo chroot=denied
+mknod /tmp/sda b 8 0 && echo mknod=allowed || echo mknod=denied
+echo max_userns=$(cat /proc/sys/user/max_user_namespaces)
+echo uid_map=$(cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //')
+echo nobody=$(setpriv --reuid=65534 --regid=65534 --clear-groups id -u)
+echo usr_owner=$(stat -c %u:%g /usr/bin/env)
+echo x > /usr/local/sbx-owned && chown 1000:1000 /usr/local/sbx-owned && echo chown=ok
 echo nofile=$(ulimit -n)
 (i=0; while [ $i -lt 80 ]; do sleep 60 & i=$((i+1)); done); echo bomb=done
 sleep 0.2
@@ -147,6 +156,21 @@ func TestJail(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.dir(id), "upper/usr/sbx-jail-marker")); err != nil {
 		t.Errorf("the /usr write is not in the sandbox's upper layer: %v", err)
 	}
+	// On the host, what the sandbox wrote belongs to its own id range.
+	for path, uid := range map[string]uint64{"upper/usr/sbx-jail-marker": b.uid, "workspace/out": b.uid,
+		"upper/usr/local/sbx-owned": b.uid + 1000} {
+		fi, err := os.Lstat(filepath.Join(d.dir(id), path))
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if st := fi.Sys().(*syscall.Stat_t); uint64(st.Uid) != uid || uint64(st.Gid) != uid {
+			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", path, st.Uid, st.Gid, uid, uid)
+		}
+	}
+	if b.uid < autoStart || b.uid%UIDSlot != 0 {
+		t.Errorf("the sandbox's root is host uid %d, want a slot of the automatic range", b.uid)
+	}
 	out, err := os.ReadFile(filepath.Join(d.dir(id), "workspace/out"))
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +189,8 @@ func TestJail(t *testing.T) {
 		"sys": "0", "keys": "0", "ifaces": "lo,", "lo": "up", "CapBnd": fmt.Sprintf("%016x", mask),
 		"CapEff": fmt.Sprintf("%016x", mask), "NoNewPrivs": "1", "tmp": "tmpfs",
 		"devnull": "ok", "mount": "denied", "bomb": "done",
+		"nested_userns": "denied", "chroot": "denied", "mknod": "denied", "max_userns": "0",
+		"uid_map": fmt.Sprintf("0 %d 65536", b.uid), "nobody": "65534", "usr_owner": "0:0", "chown": "ok",
 		"dev": "fd,full,null,ptmx,pts,random,shm,stderr,stdin,stdout,tty,urandom,zero,",
 		// 0-2, ls's own directory, the declared listening socket, cgroup directory and OOM file.
 		"fds":    "0,1,2,3,5,6,7,",
@@ -272,6 +298,7 @@ func TestCloseRemovesInstanceGroups(t *testing.T) {
 
 func TestFailedStartLeavesNothing(t *testing.T) {
 	d, _ := openTest(t, "/nonexistent/program")
+	d.unsupported = map[string]string{sandbox.LayerSeccomp: "disabled by the test"}
 	for _, tc := range []struct {
 		name string
 		edit func(*sandbox.Spec)
@@ -372,7 +399,7 @@ func TestProbe(t *testing.T) {
 	if !rep.Available {
 		t.Errorf("Probe: not available: %v", rep.Reasons())
 	}
-	if rep.Level != "native-minus-landlock-seccomp-userns" {
+	if rep.Level != "native" {
 		t.Errorf("Probe level = %q", rep.Level)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/backend"
+	"sbx/internal/isolation/landlock"
+	"sbx/internal/isolation/seccomp"
 	"sbx/internal/sandbox"
 )
 
@@ -75,6 +77,14 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	check("sealed binary", err == nil, "the sealed copy of the sbx binary is missing (%v): restart sbx serve to make it again", err)
 
 	rep := backend.Report{Backend: Name, Available: true, Sandbox: true, Layers: d.layers(), Checks: checks}
+	for l, st := range rep.Layers {
+		if st == sandbox.Missing {
+			if rep.LayerReasons == nil {
+				rep.LayerReasons = map[string]string{}
+			}
+			rep.LayerReasons[l] = d.missingReason(l)
+		}
+	}
 	rep.Level = sandbox.LevelName(Name, rep.Layers)
 	for _, c := range checks {
 		rep.Available = rep.Available && c.OK
@@ -82,15 +92,34 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	return rep, nil
 }
 
-// missingReason says why layer l is missing on this driver.
+// missingReason says why this host cannot apply layer l, or "" when it can.
 func (d *Driver) missingReason(l string) string {
+	if why, ok := d.unsupported[l]; ok {
+		return why
+	}
 	switch l {
 	case sandbox.LayerCgroup:
-		return fmt.Sprintf("the memory, pids and cpu cgroup controllers are not all available (cgroup layout %s)", d.layout.Mode())
-	case sandbox.LayerUserNS, sandbox.LayerLandlock, sandbox.LayerSeccomp:
-		return "not implemented by the native backend yet"
+		if !d.cgroupComplete() {
+			return fmt.Sprintf("the memory, pids and cpu cgroup controllers are not all available (cgroup layout %s)", d.layout.Mode())
+		}
+	case sandbox.LayerUserNS:
+		b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+		if err != nil {
+			return "the kernel has no user namespaces (/proc/sys/user/max_user_namespaces: " + err.Error() + ")"
+		}
+		if strings.TrimSpace(string(b)) == "0" {
+			return "user namespaces are disabled: user.max_user_namespaces is 0"
+		}
+	case sandbox.LayerLandlock:
+		if abi, err := landlock.ABI(); err != nil || abi < 1 {
+			return fmt.Sprintf("Landlock is not available (%v): add landlock to the kernel's lsm= boot parameter", err)
+		}
+	case sandbox.LayerSeccomp:
+		if ok, why := seccomp.Supported(); !ok {
+			return "seccomp filters are not available: " + why
+		}
 	}
-	return "not applied"
+	return ""
 }
 
 // builtWithCgo reports whether this binary was built with cgo, which stops

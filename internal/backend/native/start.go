@@ -5,6 +5,7 @@
 package native
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,10 +17,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"sbx/api/agent/boot"
 	"sbx/internal/backend"
@@ -34,11 +38,15 @@ import (
 // File descriptors in the init stage and the agent: after nsinit's plan and
 // status pipes (the status pipe is also the agent's ReadyFD) come the listening
 // socket, the sandbox's cgroup directory (v2, else the v1 freezer) and its OOM
-// counter file, all opened here on the host side.
+// counter file, all opened here on the host side; then, for the init stage
+// only, the socket the idmapped layers come on and the sealed sbx binary it
+// was executed from.
 const (
 	listenFD = 5
 	cgroupFD = 6
 	oomFD    = 7
+	mountsFD = 8
+	exeFD    = 9
 )
 
 // cleanupTimeout bounds the teardown of one sandbox.
@@ -46,7 +54,9 @@ const cleanupTimeout = 30 * time.Second
 
 // cloneFlags are the namespaces of the init stage. It is born in its cgroups
 // (cgroup.Group.ForkIn), so its new cgroup namespace is rooted at them.
-const cloneFlags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS |
+// The user namespace comes first: every other namespace is owned by it, so
+// the capabilities the init holds there reach only the sandbox's own.
+const cloneFlags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS |
 	syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -57,6 +67,12 @@ type box struct {
 	dir   string
 	sock  string
 	group *cgroup.Group
+	// uid is the first host id of the sandbox's range: its root.
+	uid uint64
+	// report is what the init stage and agent said they applied; applied is
+	// the isolation built from it and the kernel's view.
+	report  *boot.Report
+	applied sandbox.Isolation
 
 	// proc is the init process (which goes on as the agent); it holds nothing
 	// for a sandbox known only by its id (after a restart, before Recover):
@@ -74,6 +90,10 @@ type saved struct {
 	Dir    string     `json:"dir"`
 	Socket string     `json:"socket"`
 	Cgroup string     `json:"cgroup"`
+	// UID is the first host uid and gid of the sandbox's user namespace.
+	UID uint64 `json:"uid"`
+	// Applied is the isolation the sandbox was started with.
+	Applied *sandbox.Isolation `json:"applied,omitempty"`
 }
 
 // Start implements backend.Driver.
@@ -88,9 +108,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if spec.Network != "" && spec.Network != sandbox.NetworkNone {
 		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: network %q: the native backend offers loopback only", sandbox.ErrInvalid, spec.Network)}
 	}
-	iso := d.isolation()
+	host := d.layers()
 	for _, l := range spec.RequireLayers { // fail closed before making anything
-		if iso.Layers[l] != sandbox.Applied {
+		if host[l] != sandbox.Applied {
 			return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, d.missingReason(l))}
 		}
 	}
@@ -100,6 +120,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 		return nil, err
 	}
 	began := time.Now()
+	var err error
 	defer func() {
 		if retErr != nil {
 			if err := d.teardown(ctx, b); err != nil {
@@ -108,6 +129,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			retErr = sandbox.Wrap("create", id, retErr)
 		}
 	}()
+	if b.uid, err = d.uids.alloc(id); err != nil {
+		return nil, err
+	}
 	if err := d.prepare(b); err != nil {
 		return nil, err
 	}
@@ -117,6 +141,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 		return nil, err
 	}
 	b.group = g
+	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
+		return nil, err
+	}
 	if err := g.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
 		return nil, err
 	}
@@ -124,12 +151,21 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := d.spawn(ctx, b, spec); err != nil {
 		return nil, err
 	}
-	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, logkey.Duration, time.Since(began))
+	iso, why := d.applied(b.proc.Pid, b.report)
+	if d.testArgv == nil {
+		for _, l := range spec.RequireLayers { // what was applied, read back
+			if iso.Layers[l] != sandbox.Applied {
+				return nil, fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, why[l])
+			}
+		}
+	}
+	b.applied = iso
+	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, "level", iso.Level, logkey.Duration, time.Since(began))
 	return d.instance(b, iso)
 }
 
 func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, error) {
-	s, err := json.Marshal(saved{ID: b.id, Pid: b.proc.Pid, Start: b.proc.Start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path()})
+	s, err := json.Marshal(saved{ID: b.id, Pid: b.proc.Pid, Start: b.proc.Start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path(), UID: b.uid, Applied: &iso})
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +182,10 @@ func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, err
 }
 
 // prepare makes the sandbox's directory: the root mount point, upper and work
-// directories of each overlay, the workspace, and its own /etc/hostname and hosts.
+// directories of each overlay, the attach points of the idmapped lower
+// layers, the workspace, and its own /etc/hostname and hosts. All of it
+// belongs to the sandbox's root (host uid b.uid), whose user namespace builds
+// the root from it and whose files land in it.
 func (d *Driver) prepare(b *box) error {
 	if err := os.Mkdir(b.dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -154,9 +193,12 @@ func (d *Driver) prepare(b *box) error {
 		}
 		return err
 	}
-	dirs := []string{"root", "upper", "work", "workspace"}
+	dirs := []string{"root", "upper", "work", "workspace", "lower"}
 	for _, l := range d.overlayNames() {
 		dirs = append(dirs, "upper/"+l, "work/"+l)
+	}
+	for i := range d.lowers {
+		dirs = append(dirs, lowerDir(i))
 	}
 	for _, s := range dirs {
 		if err := os.Mkdir(filepath.Join(b.dir, s), 0o755); err != nil {
@@ -168,8 +210,21 @@ func (d *Driver) prepare(b *box) error {
 		return err
 	}
 	hosts := "127.0.0.1\tlocalhost " + string(b.id) + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-	return os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts), 0o644)
+	if err := os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts), 0o644); err != nil {
+		return err
+	}
+	owned := append([]string{".", "upper/etc/hostname", "upper/etc/hosts"}, dirs...)
+	for _, s := range owned {
+		if err := os.Lchown(filepath.Join(b.dir, s), int(b.uid), int(b.uid)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// lowerDir is where the idmapped copy of d.lowers[i] is attached, relative to
+// the sandbox's directory.
+func lowerDir(i int) string { return "lower/" + strconv.Itoa(i) }
 
 // overlayNames are the per-sandbox layers: the root, /usr, /etc, and the
 // host's top-level directories that are not merged-/usr symlinks.
@@ -177,26 +232,33 @@ func (d *Driver) overlayNames() []string {
 	return append([]string{"root", "usr", "etc"}, d.skel.RealDirs...)
 }
 
-func (d *Driver) mountPlan(b *box, spec sandbox.Spec) mount.Plan {
-	layer := func(name, target string, lower ...string) mount.Overlay {
-		return mount.Overlay{Target: target, Lower: lower,
-			Upper: filepath.Join(b.dir, "upper", name), Work: filepath.Join(b.dir, "work", name)}
+func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
+	lower := func(host string) string { return lowerDir(slices.Index(d.lowers, host)) }
+	layer := func(name, target string, lowers ...string) mount.Overlay {
+		o := mount.Overlay{Target: target, Upper: "upper/" + name, Work: "work/" + name}
+		for _, l := range lowers {
+			o.Lower = append(o.Lower, lower(l))
+		}
+		return o
 	}
 	p := mount.Plan{
-		Root:      filepath.Join(b.dir, "root"),
+		Root:      "root",
 		RootLayer: layer("root", "/", d.skel.Dir),
 		Overlays: []mount.Overlay{
 			layer("usr", "/usr", "/usr"),
 			layer("etc", "/etc", d.etcMask, "/etc"),
 		},
 		Binds: []mount.Bind{
-			{Source: filepath.Join(b.dir, "workspace"), Target: "/workspace"},
+			{Source: "workspace", Target: "/workspace"},
 		},
 		TmpBytes: spec.MemoryBytes,
 		ShmBytes: spec.MemoryBytes,
 	}
 	for _, name := range d.skel.RealDirs {
 		p.Overlays = append(p.Overlays, layer(name, "/"+name, "/"+name))
+	}
+	for i := range d.lowers {
+		p.Attach = append(p.Attach, lowerDir(i))
 	}
 	return p
 }
@@ -210,11 +272,26 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	}
 	p := nsinit.Plan{
 		Hostname: string(b.id),
-		Mount:    d.mountPlan(b, spec),
+		Mount:    d.mountPlan(spec),
 		Workdir:  "/workspace",
+		MountsFD: mountsFD,
+		CloseFDs: []int{exeFD},
 		KeepFDs:  []int{listenFD},
 		NoFile:   1 << 20, // capped at the daemon's own hard limit
-		Caps:     nsinit.DefaultCaps,
+		NProc:    1 << 16, // per sandbox: its root is its own host uid
+	}
+	capProfile := cmp.Or(spec.CapProfile, "default")
+	caps, ok := nsinit.CapProfiles[capProfile]
+	if !ok {
+		return p, sandbox.Invalid("cap_profile", "unknown capability profile %q (known: %s)", capProfile, strings.Join(slices.Sorted(maps.Keys(nsinit.CapProfiles)), ", "))
+	}
+	p.Caps = caps
+	filter, err := d.filter(cmp.Or(spec.SeccompProfile, "default"))
+	if err != nil {
+		return p, err
+	}
+	if filter.nestedUserNS {
+		p.UserNamespaces = -1 // the host's limit
 	}
 	cfg := boot.AgentConfig{
 		SandboxID:         string(b.id),
@@ -228,6 +305,9 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		SpillLimitBytes:   d.opts.SpillLimitBytes,
 		ArchiveMaxBytes:   d.opts.ArchiveMaxBytes,
 		ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
+		Seccomp:           filter.prog,
+		SeccompID:         filter.id,
+		Landlock:          d.landlockRules(),
 	}
 	if v2 := b.group.V2Dir(); v2 != "" {
 		cfg.CgroupFD = cgroupFD
@@ -305,11 +385,9 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		cgDir = b.group.Dir("freezer")
 	}
 	oomPath, _ := b.group.OOMFile()
-	for i, path := range []string{cgDir, oomPath} { // cgroupFD, oomFD
+	for _, path := range []string{cgDir, oomPath} { // cgroupFD, oomFD
 		if path == "" {
-			if i == 0 && oomPath != "" {
-				extra = append(extra, nil) // keep oomFD's number
-			}
+			extra = append(extra, nil) // keeps the numbers of the fds after it
 			continue
 		}
 		f, err := os.Open(path)
@@ -319,25 +397,52 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		defer f.Close()
 		extra = append(extra, f)
 	}
-	pidfd := -1
-	cmd := &exec.Cmd{
-		Path:       d.exe,
-		Args:       []string{"sbx", boot.InitArg, string(b.id)}, // the id only names the process
-		Env:        agentEnv,
-		Dir:        "/",
-		Stderr:     logf,
-		ExtraFiles: extra,
-	}
-	bounding, err := nsinit.CapMask(append(slices.Clone(p.Caps), nsinit.InitCaps...))
+	mounts, mountsChild, err := socketPair()
 	if err != nil {
 		return err
 	}
+	defer mounts.Close()
+	defer mountsChild.Close()
+	dir, err := os.Open(b.dir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	exe, err := os.Open(d.exe)
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	extra = append(extra, mountsChild, exe) // mountsFD, exeFD
+	pidfd := -1
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(b.uid), Size: UIDSlot}}
+	cmd := &exec.Cmd{
+		// The sealed binary by its fd: the sandbox's root, which the exec
+		// already runs as, may not search the daemon's data dir.
+		Path:       "/proc/self/fd/" + strconv.Itoa(exeFD),
+		Args:       []string{"sbx", boot.InitArg, string(b.id)}, // the id only names the process
+		Env:        agentEnv,
+		Stderr:     logf,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
+			// Root of the user namespace: the init holds every capability
+			// there, and none on the host.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+		},
+	}
 	err = b.group.ForkIn(func(v2fd int) error {
-		// This thread is discarded after the fork: its bounding set is the init's.
-		if err := nsinit.LimitBounding(bounding); err != nil {
-			return err
+		// This thread is discarded after the fork. Given a working directory
+		// of its own, the sandbox's, the init inherits it, translated into
+		// its new mount namespace: its mounts resolve from there, as the
+		// sandbox's root, which may not search the data dir above it.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("unsharing the working directory: %w", err)
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd}
+		if err := unix.Fchdir(int(dir.Fd())); err != nil {
+			return fmt.Errorf("changing into %s: %w", b.dir, err)
+		}
 		if v2fd >= 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2fd
 		}
@@ -349,9 +454,15 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err := b.proc.HoldChild(cmd.Process, pidfd); err != nil {
 		return err
 	}
+	// The init waits for its plan in its new namespaces, which exist now: the
+	// lower layers can be mapped into its user namespace.
+	if err := d.sendLayers(mounts, cmd.Process.Pid); err != nil {
+		return err
+	}
 	planR.Close()
 	statusW.Close()
 	lnFile.Close()
+	mountsChild.Close()
 	// The init stage lives in its new namespaces and cgroups and waits for its
 	// plan: nothing of the jail is built yet.
 	fault.Point(fault.Netns)
@@ -370,7 +481,13 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		}
 		return fmt.Errorf("reading the init stage's status: %w", err)
 	}
-	if len(msg) > 0 {
+	if js, ok := strings.CutPrefix(string(msg), boot.ReadyPrefix); ok {
+		var rep boot.Report
+		if err := json.Unmarshal([]byte(js), &rep); err != nil {
+			return fmt.Errorf("the agent's report of its isolation: %w", err)
+		}
+		b.report = &rep
+	} else if len(msg) > 0 {
 		return fmt.Errorf("init stage: %s", strings.TrimSpace(string(msg)))
 	}
 	// EOF with nothing said: the agent serves, or init exec'd a test's program,
@@ -379,4 +496,40 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		return fmt.Errorf("init stage exited (%s) before the agent served", backend.DescribeExit(b.proc.ExitStatus()))
 	}
 	return nil
+}
+
+// sendLayers sends the init stage pid, on sock, an idmapped copy of each of
+// d.lowers in its user namespace, in order (nsinit.Plan.MountsFD).
+func (d *Driver) sendLayers(sock *os.File, pid int) error {
+	userns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the sandbox's user namespace: %w", err)
+	}
+	defer unix.Close(userns)
+	fds := make([]int, 0, len(d.lowers))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, l := range d.lowers {
+		fd, err := mount.IDMapped(l, userns)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, fd)
+	}
+	if err := unix.Sendmsg(int(sock.Fd()), []byte{0}, unix.UnixRights(fds...), nil, 0); err != nil {
+		return fmt.Errorf("sending the idmapped layers: %w", err)
+	}
+	return nil
+}
+
+// socketPair returns the two ends of a unix stream socket pair, close-on-exec.
+func socketPair() (ours, theirs *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "mounts"), os.NewFile(uintptr(fds[1]), "mounts"), nil
 }

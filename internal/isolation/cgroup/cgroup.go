@@ -683,3 +683,27 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// delegated are the files of a group whose owner may place processes in it
+// and make groups under it (cgroup v2's delegation files; v1's tasks and
+// cgroup.procs).
+var delegated = []string{".", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control", "tasks"}
+
+// Delegate hands the group's v2 directory and its v1 freezer directory to
+// uid:gid, as systemd delegates a unit's group: their owner (the root of a
+// sandbox's user namespace) may make groups under them and move its own
+// processes there, and nothing else: the limits' files stay host root's.
+func (g *Group) Delegate(uid, gid int) error {
+	for _, dir := range []string{g.v2, g.v1["freezer"]} {
+		if dir == "" {
+			continue
+		}
+		for _, name := range delegated {
+			err := os.Lchown(filepath.Join(dir, name), uid, gid)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("delegating cgroup %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}

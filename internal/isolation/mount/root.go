@@ -42,6 +42,10 @@ type Plan struct {
 	// Overlays are mounted in order, after the root.
 	Overlays []Overlay `json:"overlays"`
 	Binds    []Bind    `json:"binds"`
+	// Attach are the directories the detached idmapped layers the parent
+	// sends are attached at, in order (see IDMapped); overlays name them as
+	// lower layers.
+	Attach []string `json:"attach,omitempty"`
 	// TmpBytes and ShmBytes bound the tmpfs at /tmp and /dev/shm.
 	TmpBytes int64 `json:"tmp_bytes"`
 	ShmBytes int64 `json:"shm_bytes"`
@@ -102,7 +106,11 @@ func mountOverlay(o Overlay, target string) error {
 				Err: fmt.Errorf("layer path %q holds a character overlayfs cannot take", p)}
 		}
 	}
-	data := "lowerdir=" + strings.Join(o.Lower, ":") + ",upperdir=" + o.Upper + ",workdir=" + o.Work
+	// userxattr: mounted in the sandbox's user namespace, overlayfs may not
+	// set trusted.* xattrs on the upper layer, and without its user.overlay.*
+	// ones it cannot mark a directory opaque (rm -rf of a lower directory
+	// fails with EIO).
+	data := "lowerdir=" + strings.Join(o.Lower, ":") + ",upperdir=" + o.Upper + ",workdir=" + o.Work + ",userxattr"
 	// volatile (Linux 5.10+): no sync of the upper layer at unmount. A sandbox's
 	// layers never outlive its processes, so a sync at teardown is pure cost.
 	err := mount("mount", "overlay", target, "overlay", nosuidNodev, data+",volatile")

@@ -8,18 +8,34 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// DefaultCaps is Docker's default capability set: enough for package managers
-// and servers run as root, and neither SYS_ADMIN (mount) nor NET_ADMIN, NET_RAW,
-// SYS_PTRACE, SYS_MODULE or DAC_READ_SEARCH.
+// DefaultCaps are the capabilities a sandbox's root keeps in its user
+// namespace: what package managers and servers run as root need (owning,
+// reading and writing any of the sandbox's files, changing user and group,
+// signalling its processes, binding ports below 1024). Each is confined to
+// the sandbox's own user namespace: it acts only on ids and objects the
+// sandbox owns. Not kept: MKNOD (device nodes), SETFCAP (file capabilities),
+// AUDIT_WRITE, NET_RAW (raw sockets) and SYS_CHROOT, which the "docker"
+// profile adds back, nor SYS_ADMIN, NET_ADMIN, SYS_PTRACE, SYS_MODULE,
+// DAC_READ_SEARCH and the rest, which no profile keeps.
 var DefaultCaps = []string{
 	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
-	"NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP", "MKNOD",
+	"NET_BIND_SERVICE",
+}
+
+// CapProfiles are the capability sets a policy may name.
+var CapProfiles = map[string][]string{
+	"default": DefaultCaps,
+	// docker is Docker's default set, for images that expect it: ping's raw
+	// sockets, chroot, mknod (devices made still do not open: every mount is
+	// nodev), setcap.
+	"docker": append(slices.Clone(DefaultCaps), "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP", "MKNOD", "NET_RAW"),
 }
 
 var capNumbers = map[string]uint{
@@ -50,33 +66,11 @@ func CapMask(names []string) (uint64, error) {
 }
 
 // InitCaps are the capabilities the init stage needs beyond the kept ones:
-// mounts, pivot_root and the hostname (SYS_ADMIN), and bringing lo up
-// (NET_ADMIN). It drops them itself before the agent serves.
-var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN"}
-
-// LimitBounding clears the calling thread's ambient set and drops from its
-// bounding set every capability outside keep. The parent calls it on the
-// thread that starts the init stage, a thread it then discards: the init is
-// born without them, and its own drops (each stops every one of its threads)
-// are only InitCaps.
-func LimitBounding(keep uint64) error {
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clearing ambient capabilities: %w", err)
-	}
-	for c := uint(0); c < 64; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-		if errors.Is(err, unix.EINVAL) {
-			return nil // past the kernel's last capability
-		}
-		if err != nil {
-			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
-		}
-	}
-	return nil
-}
+// mounts, pivot_root and the hostname (SYS_ADMIN), bringing lo up
+// (NET_ADMIN) and the user namespace limit (SYS_RESOURCE). It holds them, and
+// every other, in its own user namespace, and drops them before the agent
+// serves.
+var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN", "SYS_RESOURCE"}
 
 // confine applies keep and no_new_privs. Both are per thread: with allThreads
 // they go to every thread of the process through syscall.AllThreadsSyscall

@@ -9,10 +9,13 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/isolation/mount"
 )
 
@@ -50,6 +53,14 @@ func step(name string, err error) error {
 	return fmt.Errorf("%s: %w", name, err)
 }
 
+// layers are what the steps of this process's init stage applied, each
+// "applied" or why not, read back from the kernel where it tells.
+var layers = map[string]string{}
+
+// Layers returns what the init stage applied: layer name to "applied" or the
+// reason it is not. The agent reports them with its own.
+func Layers() map[string]string { return layers }
+
 func run() (agentConfig []byte, err error) {
 	p, err := readPlan()
 	if err != nil {
@@ -64,12 +75,27 @@ func run() (agentConfig []byte, err error) {
 	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
 		return nil, step("sethostname", err)
 	}
+	for _, fd := range p.CloseFDs {
+		unix.Close(fd)
+	}
 	// Host paths (cgroup files) are reachable only until pivot_root.
 	if err := openFDs(p.OpenFDs); err != nil {
 		return nil, step("opening fds", err)
 	}
+	if err := limitUserNamespaces(p.UserNamespaces); err != nil {
+		return nil, step("userns", err)
+	}
 	if err := mount.MakePrivate(); err != nil {
 		return nil, step("mounts", err)
+	}
+	if len(p.Mount.Attach) > 0 {
+		fds, err := receiveFDs(p.MountsFD, len(p.Mount.Attach))
+		if err != nil {
+			return nil, step("mounts", fmt.Errorf("receiving the idmapped layers: %w", err))
+		}
+		if err := mount.Attach(fds, p.Mount.Attach); err != nil {
+			return nil, step("mounts", err)
+		}
 	}
 	if err := mount.Assemble(p.Mount); err != nil {
 		return nil, step("mounts", err)
@@ -77,21 +103,28 @@ func run() (agentConfig []byte, err error) {
 	if err := mount.PivotRoot(p.Mount.Root, p.Workdir); err != nil {
 		return nil, step("pivot_root", err)
 	}
+	layers["mntns"] = "applied"
 	if err := loopbackUp(); err != nil {
 		return nil, step("loopback", err)
 	}
-	if err := setRlimits(p.NoFile); err != nil {
+	if err := setRlimits(p.NoFile, p.NProc); err != nil {
 		return nil, step("rlimits", err)
 	}
+	layers["rlimits"] = "applied"
 	// Every thread, or with a program to exec (which ends the other threads)
 	// at least this one; the agent runs on after, so it needs them all.
 	if err := confine(keep, p.Path != ""); err != nil {
 		return nil, err
 	}
+	layers["caps"], layers["nnp"], layers["userns"] = checkCaps(keep), checkNNP(), checkUserNS()
 	if p.Path == "" {
 		// The agent runs on in this process: every fd it holds stays open, none
 		// reaches a program it starts unless handed over explicitly.
-		return p.Agent, step("closefds", closeFDs(nil))
+		if err := closeFDs(nil); err != nil {
+			return nil, step("closefds", err)
+		}
+		layers["closefds"] = "applied"
+		return p.Agent, nil
 	}
 	if err := closeFDs(keptFDs(p)); err != nil {
 		return nil, step("closefds", err)
@@ -203,8 +236,11 @@ func loopbackUp() error {
 }
 
 // setRlimits sets RLIMIT_NOFILE to min(nofile, current hard) — a hard limit
-// cannot be raised without CAP_SYS_RESOURCE — and RLIMIT_CORE to 0.
-func setRlimits(nofile uint64) error {
+// cannot be raised without CAP_SYS_RESOURCE —, RLIMIT_CORE to 0 (no core
+// dumps of sandboxed memory) and, with nproc > 0, RLIMIT_NPROC to nproc (the
+// tasks of the sandbox's root, a second bound behind the pids cgroup). Each
+// is read back.
+func setRlimits(nofile, nproc uint64) error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return err
@@ -217,8 +253,118 @@ func setRlimits(nofile uint64) error {
 			return fmt.Errorf("nofile %d: %w", n, err)
 		}
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
-		return fmt.Errorf("core 0: %w", err)
+	set := []struct {
+		name string
+		res  int
+		val  uint64
+	}{{"core", unix.RLIMIT_CORE, 0}}
+	if nproc > 0 {
+		set = append(set, struct {
+			name string
+			res  int
+			val  uint64
+		}{"nproc", unix.RLIMIT_NPROC, nproc})
+	}
+	for _, r := range set {
+		if err := unix.Setrlimit(r.res, &unix.Rlimit{Cur: r.val, Max: r.val}); err != nil {
+			return fmt.Errorf("%s %d: %w", r.name, r.val, err)
+		}
+		var got unix.Rlimit
+		if err := unix.Getrlimit(r.res, &got); err != nil || got.Max != r.val {
+			return fmt.Errorf("%s: reads back %d, not %d (%v)", r.name, got.Max, r.val, err)
+		}
 	}
 	return nil
+}
+
+// checkCaps reads back the calling thread's capability sets: every set holds
+// keep at most, and the bounding and effective sets exactly keep.
+func checkCaps(keep uint64) string {
+	st, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return "cannot read /proc/thread-self/status: " + err.Error()
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		name, val, ok := strings.Cut(line, ":\t")
+		if !ok || !strings.HasPrefix(name, "Cap") {
+			continue
+		}
+		v, err := strconv.ParseUint(val, 16, 64)
+		if err != nil {
+			return "cannot parse " + line
+		}
+		if v&^keep != 0 || (name == "CapBnd" || name == "CapEff") && v != keep {
+			return fmt.Sprintf("%s is %016x, want %016x", name, v, keep)
+		}
+	}
+	return "applied"
+}
+
+func checkNNP() string {
+	v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil || v != 1 {
+		return fmt.Sprintf("no_new_privs reads %d (%v)", v, err)
+	}
+	return "applied"
+}
+
+// checkUserNS reads the user namespace's uid map: the initial namespace maps
+// every id to itself.
+func checkUserNS() string {
+	m, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return "cannot read /proc/self/uid_map: " + err.Error()
+	}
+	f := strings.Fields(string(m))
+	if len(f) < 3 || f[0] == "0" && f[1] == "0" && f[2] == "4294967295" {
+		return "the process is in the host's user namespace"
+	}
+	return "applied"
+}
+
+// limitUserNamespaces sets how many user namespaces the sandbox's processes
+// may create, in the sandbox's own user namespace (the sysctl is per user
+// namespace; init, root there with every capability still, may write it).
+// It runs before pivot_root, through the host's /proc.
+func limitUserNamespaces(n int) error {
+	if n < 0 {
+		return nil
+	}
+	return cgroup.WriteFileAt(unix.AT_FDCWD, "/proc/sys/user/max_user_namespaces", strconv.Itoa(n))
+}
+
+// receiveFDs reads one message carrying n fds from the unix socket sock, then
+// closes it.
+func receiveFDs(sock, n int) ([]int, error) {
+	defer unix.Close(sock)
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	for {
+		_, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, err
+		}
+		var fds []int
+		for i := range msgs {
+			got, err := unix.ParseUnixRights(&msgs[i])
+			if err != nil {
+				return nil, err
+			}
+			fds = append(fds, got...)
+		}
+		if len(fds) != n {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("got %d fds, want %d", len(fds), n)
+		}
+		return fds, nil
+	}
 }

@@ -26,10 +26,21 @@ const (
 type Plan struct {
 	// Hostname is set in the new UTS namespace.
 	Hostname string `json:"hostname"`
-	// Mount is the root filesystem to assemble.
+	// Mount is the root filesystem to assemble. Its relative paths resolve
+	// from the working directory the init stage was started in.
 	Mount mount.Plan `json:"mount"`
 	// Workdir is the cwd after pivot_root, within the new root.
 	Workdir string `json:"workdir"`
+	// MountsFD, when > 0, is an inherited unix socket on which the parent sends
+	// the detached mounts of Mount.Attach, in order, as one SCM_RIGHTS message.
+	MountsFD int `json:"mounts_fd,omitempty"`
+	// CloseFDs are inherited fds init closes once started (the fd the parent
+	// executed the sbx binary from).
+	CloseFDs []int `json:"close_fds,omitempty"`
+	// UserNamespaces, when >= 0, is the number of user namespaces processes
+	// of the sandbox may create (user.max_user_namespaces of its own user
+	// namespace): 0 refuses every nested one, whatever the seccomp profile.
+	UserNamespaces int `json:"user_namespaces"`
 	// OpenFDs are opened before pivot_root (host paths) and kept across execve.
 	OpenFDs []OpenFD `json:"open_fds,omitempty"`
 	// KeepFDs are inherited fds kept across execve of Path, besides 0, 1, 2 and
@@ -37,6 +48,8 @@ type Plan struct {
 	KeepFDs []int `json:"keep_fds,omitempty"`
 	// NoFile caps RLIMIT_NOFILE (soft and hard) at min(NoFile, current hard).
 	NoFile uint64 `json:"nofile"`
+	// NProc, when > 0, is RLIMIT_NPROC (soft and hard).
+	NProc uint64 `json:"nproc,omitempty"`
 	// Caps are the capabilities kept (names as in capabilities(7), "CAP_" omitted);
 	// every other is dropped from every set. DefaultCaps is Docker's default set.
 	Caps []string `json:"caps"`

@@ -1,0 +1,139 @@
+// This file implements the confinement of every process the agent starts:
+// the Landlock ruleset and the seccomp filter of its configuration, applied to
+// the thread each process is forked from, last before its execve. The agent
+// itself runs without them: it must reach its cgroup and the whole sandbox.
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/isolation/landlock"
+	"sbx/internal/isolation/seccomp"
+	"sbx/internal/osthread"
+)
+
+// confinement is what every started process runs under.
+type confinement struct {
+	ruleset *landlock.Ruleset
+	filter  *seccomp.Program
+}
+
+// newConfinement builds the confinement cfg asks for and proves it: it
+// applies it once to a thrown-away thread and checks there that the kernel
+// enforces it. The report says, per layer, "applied" or why not; a layer cfg
+// does not ask for is not reported.
+func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report, error) {
+	rep := boot.Report{Layers: map[string]string{}}
+	for k, v := range cfg.Layers {
+		rep.Layers[k] = v
+	}
+	c := &confinement{}
+	if cfg.Landlock != nil {
+		rs, err := landlock.Build(landlock.Rules{Read: cfg.Landlock.Read, Write: cfg.Landlock.Write})
+		if err != nil {
+			rep.Layers["landlock"] = err.Error()
+		} else {
+			c.ruleset = rs
+			rep.LandlockABI = rs.ABI()
+		}
+	}
+	if len(cfg.Seccomp) > 0 {
+		p, err := seccomp.FromBytes(cfg.Seccomp)
+		if err != nil {
+			rep.Layers["seccomp"] = "the filter does not parse: " + err.Error()
+		} else {
+			c.filter = p
+		}
+	}
+	if c.ruleset == nil && c.filter == nil {
+		return c, rep, nil
+	}
+	// The proof: on a thread of its own, confined as a process would be.
+	err := osthread.Discarded(func() error {
+		if err := c.confine(); err != nil {
+			return err
+		}
+		if c.ruleset != nil {
+			rep.Layers["landlock"] = probeLandlock()
+		}
+		if c.filter != nil {
+			rep.Layers["seccomp"] = probeSeccomp()
+			rep.SeccompProfile = cfg.SeccompID
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rep, err
+	}
+	return c, rep, nil
+}
+
+// confine applies the confinement to the calling thread, which the caller
+// discards afterwards. Landlock goes first: the filter might refuse the
+// syscall that loads it.
+func (c *confinement) confine() error {
+	// Both need no_new_privs on the thread; in a jail the init set it on
+	// every thread already, a local agent has it on none.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if c.ruleset != nil {
+		if err := c.ruleset.RestrictThread(); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	}
+	if c.filter != nil {
+		if err := c.filter.LoadThread(); err != nil {
+			return fmt.Errorf("seccomp: %w", err)
+		}
+	}
+	return nil
+}
+
+// probeLandlock checks that the thread may not write where no rule lets it:
+// a new entry in /, which only the rules' top-level directories are in.
+func probeLandlock() string {
+	const probe = "/.sbx-landlock-probe"
+	err := unix.Mkdirat(unix.AT_FDCWD, probe, 0o700)
+	switch {
+	case err == nil:
+		unix.Rmdir(probe)
+		return "the ruleset did not stop a write outside its rules (mkdir " + probe + ")"
+	case errors.Is(err, unix.EACCES):
+		return "applied"
+	default:
+		return fmt.Sprintf("mkdir %s: %v, not the EACCES of the ruleset", probe, err)
+	}
+}
+
+// probeSeccomp reads the thread's seccomp mode back from the kernel.
+func probeSeccomp() string {
+	st, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return "cannot read /proc/thread-self/status: " + err.Error()
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+			if strings.TrimSpace(v) == "2" {
+				return "applied"
+			}
+			return "the thread's seccomp mode is " + strings.TrimSpace(v) + ", not 2 (filter)"
+		}
+	}
+	return "the kernel shows no seccomp mode"
+}
+
+// hook is the process table's Confine: nil when there is nothing to apply.
+func (c *confinement) hook() func() error {
+	if c.ruleset == nil && c.filter == nil {
+		return nil
+	}
+	return c.confine
+}
