@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"sbx/internal/agent/files"
 	"sbx/internal/agent/process"
 	"sbx/internal/agent/service"
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/logkey"
 )
 
@@ -72,7 +74,7 @@ func Main(cfgJSON []byte, initLayers map[string]string) {
 		unix.CloseOnExec(cfg.ReadyFD)
 	}
 	// Inherited descriptors stay with the agent: no child may inherit them.
-	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.LogFD} {
+	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsFD, cfg.PidsDirFD, cfg.LogFD} {
 		if fd > 2 {
 			unix.CloseOnExec(fd)
 		}
@@ -165,6 +167,15 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		}
 		return err
 	}
+	pidsJoin, pidsEvents, err := workPids(cfg)
+	if err != nil {
+		ln.Close()
+		if cfg.ReadyFD > 0 {
+			unix.Write(cfg.ReadyFD, []byte("agent: the work pids group: "+err.Error()))
+			unix.Close(cfg.ReadyFD)
+		}
+		return err
+	}
 	outDir := cfg.OutputDir
 	if outDir == "" {
 		outDir = "/tmp/sbx-output"
@@ -175,6 +186,8 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		CgroupFD:         cfg.CgroupFD,
 		FreezerFD:        cfg.FreezerFD,
 		OOMFD:            cfg.OOMFD,
+		PidsFD:           pidsEvents,
+		PidsJoinFD:       pidsJoin,
 		Confine:          conf.hook(),
 		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
 		Log:              log,
@@ -219,4 +232,34 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	hs.Close()
 	log.Info("stopped")
 	return nil
+}
+
+// workPids makes, under the sandbox's v1 pids group (cfg.PidsDirFD), the
+// group every process the agent starts goes in, limited to cfg.WorkPids,
+// and returns its directory and pids.events fds. Without a pids directory it
+// returns cfg.PidsFD as the events fd.
+func workPids(cfg boot.AgentConfig) (dir, events int, err error) {
+	if cfg.PidsDirFD <= 0 {
+		return -1, cfg.PidsFD, nil
+	}
+	const name = cgroup.WorkGroup
+	if err := unix.Mkdirat(cfg.PidsDirFD, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, -1, fmt.Errorf("mkdir %s: %w", name, err)
+	}
+	dir, err = unix.Openat(cfg.PidsDirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("opening %s: %w", name, err)
+	}
+	if cfg.WorkPids > 0 {
+		if err := cgroup.WriteFileAt(dir, "pids.max", strconv.FormatInt(cfg.WorkPids, 10)); err != nil {
+			unix.Close(dir)
+			return -1, -1, err
+		}
+	}
+	events, err = unix.Openat(dir, "pids.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(dir)
+		return -1, -1, fmt.Errorf("opening %s/pids.events: %w", name, err)
+	}
+	return dir, events, nil
 }

@@ -7,3 +7,7 @@ const Enabled = false
 
 // Point does nothing: this binary was built without the sbxfault tag.
 func Point(name string) {}
+
+// Missing reports no layer missing: this binary was built without the
+// sbxfault tag.
+func Missing(layer string) string { return "" }

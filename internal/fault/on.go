@@ -4,6 +4,7 @@ package fault
 
 import (
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -22,4 +23,19 @@ func Point(name string) {
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL cannot be caught; wait for it to land
+}
+
+// MissingEnv names isolation layers (comma-separated) that this build's
+// native driver reports missing on the host, for the fail-closed tests
+// (SECURITY.md PV-11).
+const MissingEnv = "SBX_FAULT_MISSING"
+
+// Missing says why layer is missing when SBX_FAULT_MISSING names it, else "".
+func Missing(layer string) string {
+	for _, l := range strings.Split(os.Getenv(MissingEnv), ",") {
+		if strings.TrimSpace(l) == layer {
+			return "disabled by " + MissingEnv + " (a test build)"
+		}
+	}
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,6 +150,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 		return sandbox.Sandbox{}, fmt.Errorf("%w: required layer %s not applied by backend %s",
 			sandbox.ErrIsolation, strings.Join(missing, ", "), nd.Name)
 	}
+	inst.Applied.AcceptedGaps = m.acceptedGaps(inst.Applied)
 
 	client = agentclient.New(id, inst.Dial)
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -229,4 +231,19 @@ func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.C
 	m.mu.Unlock()
 	m.nudge()
 	m.watch(id, backendName, client)
+}
+
+// acceptedGaps are the layers iso lacks that the operator accepted by name
+// (allow_missing): a sandbox shows what its operator chose to go without.
+func (m *Manager) acceptedGaps(iso sandbox.Isolation) []string {
+	if !iso.Sandbox {
+		return nil
+	}
+	var out []string
+	for _, l := range iso.MissingLayers() {
+		if slices.Contains(m.policy.AllowMissing, l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -275,6 +275,7 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	if missing := missingLayers(spec.RequireLayers, inst.Applied); len(missing) > 0 {
 		return nil, errors.New("required layers missing: the pool only keeps sandboxes that could be handed out")
 	}
+	inst.Applied.AcceptedGaps = m.acceptedGaps(inst.Applied)
 	client = agentclient.New(id, inst.Dial)
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	err = client.WaitReady(rctx)

@@ -209,7 +209,11 @@ func fs01Attack(r *run) error {
 				r.note("%s: %s = 200 with %d bytes not written by the row", h.name, c.op, len(c.body))
 			}
 			if h.name == "/etc/shadow" || h.name == "../../etc/shadow" {
-				if (c.op == "read" || c.op == "download") && r.backend == backendNative && !strings.Contains(string(c.body), content) {
+				// The sandbox has a shadow file of its own accounts, locked;
+				// the host's, or any password hash, must never show.
+				host, _ := os.ReadFile("/etc/shadow")
+				if (c.op == "read" || c.op == "download") && r.backend == backendNative && len(c.body) > 0 &&
+					(string(c.body) == string(host) || strings.Contains(string(c.body), ":$")) {
 					r.breach("%s: %s = 200: the host's shadow file is in the sandbox's view", h.name, c.op)
 				}
 			}
@@ -295,8 +299,12 @@ func fs02Attack(r *run) error {
 				r.breach("FS-02 %s: %s returned a passwd file without the sandbox's own marker: not its own view", l, c.op)
 			case l == "l-passwd" && r.backend == backendLocal:
 				r.breach("FS-02 %s: %s = 200 on local: the link led out of the workspace", l, c.op)
-			case l == "l-shadow":
-				r.breach("FS-02 %s: %s = 200: a shadow file was read", l, c.op)
+			case l == "l-shadow" && r.backend == backendLocal:
+				r.breach("FS-02 %s: %s = 200 on local: the host's shadow file was read", l, c.op)
+			case l == "l-shadow" && strings.Contains(string(c.body), ":$"):
+				// The sandbox's own shadow file holds its accounts, locked;
+				// a password hash means the host's.
+				r.breach("FS-02 %s: %s = 200 with a password hash: the host's shadow file", l, c.op)
 			}
 		}
 	}

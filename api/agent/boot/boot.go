@@ -70,6 +70,15 @@ type AgentConfig struct {
 	// OOMFD, when > 0, is an inherited fd of the sandbox's memory.events (v2) or
 	// memory.oom_control (v1); its oom_kill counter tells an OOM kill from others.
 	OOMFD int `json:"oom_fd,omitempty"`
+	// PidsFD, when > 0, is an inherited fd of the sandbox's pids.events, whose
+	// max counter tells that a fork hit the pids limit.
+	PidsFD int `json:"pids_fd,omitempty"`
+	// PidsDirFD, when > 0 (cgroup v1), is an inherited fd of the sandbox's
+	// pids directory: the agent makes its "work" group there, limited to
+	// WorkPids, and starts every process in it, so a fork bomb leaves the
+	// agent the room above WorkPids that the sandbox's own limit grants.
+	PidsDirFD int   `json:"pids_dir_fd,omitempty"`
+	WorkPids  int64 `json:"work_pids,omitempty"`
 	// OOMFormat is "v2" or "v1" for OOMFD.
 	OOMFormat string `json:"oom_format,omitempty"`
 	// Subreaper makes the agent adopt orphans when it is not PID 1 (local backend).

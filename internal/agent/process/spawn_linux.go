@@ -34,7 +34,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	p := &Proc{
 		Argv: s.Argv, Cwd: s.Cwd, Tag: s.Tag, PTY: s.PTY != nil, Envs: s.Envs,
-		t: t, done: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD),
+		t: t, done: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD), pids0: pidsMax(t.cfg.PidsFD),
 	}
 	limit := s.OutputLimitBytes
 	if limit <= 0 {
@@ -131,20 +131,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	reaper.mu.Lock()
 	p.StartedAt = time.Now()
 	var pid int
-	switch {
-	case g.kind == treeV1:
-		pid, err = forkInFreezer(g, t.cfg.Confine, path, s.Argv, pa)
-	case t.cfg.Confine != nil:
-		err = osthread.Discarded(func() error {
-			if err := t.cfg.Confine(); err != nil {
-				return fmt.Errorf("confining: %w", err)
-			}
-			pid, err = syscall.ForkExec(path, s.Argv, pa)
-			return err
-		})
-	default:
-		pid, err = syscall.ForkExec(path, s.Argv, pa)
-	}
+	pid, err = t.fork(g, path, s.Argv, pa)
 	if err == nil {
 		p.Pid, p.pidfd, p.group = pid, pidfd, g
 		reaper.procs[pid] = p
@@ -154,6 +141,15 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 		g.remove()
 		closeAll(readers)
 		p.closeStdio()
+		if errors.Is(err, syscall.EAGAIN) {
+			// The sandbox's pids limit is full: a result that says so, as
+			// a shell's "cannot fork" would, not an error of the agent.
+			f := t.failed(p, &notRunnable{name: s.Argv[0], code: 126, err: errors.New("cannot fork: the sandbox's process limit is reached")})
+			f.mu.Lock()
+			f.result.Reason = ReasonPidsExhausted
+			f.mu.Unlock()
+			return f, nil
+		}
 		if code := execErrCode(err); code != 0 {
 			return t.failed(p, &notRunnable{name: s.Argv[0], code: code, err: err}), nil
 		}
@@ -183,17 +179,29 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	return p, nil
 }
 
-// forkInFreezer starts the child already inside its v1 freezer group: a
-// dedicated OS thread joins the group (v1 places threads through "tasks"), is
-// confined, forks there, and is then discarded (osthread), so the child never
-// runs outside it.
-func forkInFreezer(g *group, confine func() error, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
+// fork starts the child. When it must start in v1 groups (its freezer
+// group, the sandbox's work group for pids) or confined, a dedicated OS
+// thread joins those groups (v1 places threads through "tasks"), is
+// confined, forks, and is then discarded (osthread): the child never runs
+// outside its groups or unconfined.
+func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
+	if g.kind != treeV1 && t.cfg.PidsJoinFD <= 0 && t.cfg.Confine == nil {
+		return syscall.ForkExec(path, argv, pa)
+	}
 	err = osthread.Discarded(func() error {
-		if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", strconv.Itoa(unix.Gettid())); err != nil {
-			return fmt.Errorf("joining freezer group: %w", err)
+		tid := strconv.Itoa(unix.Gettid())
+		if g.kind == treeV1 {
+			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", tid); err != nil {
+				return fmt.Errorf("joining freezer group: %w", err)
+			}
 		}
-		if confine != nil {
-			if err := confine(); err != nil {
+		if t.cfg.PidsJoinFD > 0 {
+			if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", tid); err != nil {
+				return fmt.Errorf("joining the work pids group: %w", err)
+			}
+		}
+		if t.cfg.Confine != nil {
+			if err := t.cfg.Confine(); err != nil {
 				return fmt.Errorf("confining: %w", err)
 			}
 		}

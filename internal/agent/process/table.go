@@ -41,6 +41,9 @@ const (
 	ReasonTimeout  = "timeout"
 	ReasonKilled   = "killed"
 	ReasonOOM      = "oom"
+	// ReasonPidsExhausted: the process failed after the sandbox hit its
+	// pids limit.
+	ReasonPidsExhausted = "pids_exhausted"
 )
 
 // Streams.
@@ -60,6 +63,12 @@ type Config struct {
 	CgroupFD, FreezerFD int
 	// OOMFD, when > 0, holds the sandbox's oom_kill counter.
 	OOMFD int
+	// PidsFD, when > 0, is the pids.events of the group the processes count
+	// against: its max counter tells that a fork hit the pids limit.
+	PidsFD int
+	// PidsJoinFD, when > 0, is a v1 pids group (the sandbox's work group)
+	// each process starts in: the thread it is forked from joins it first.
+	PidsJoinFD int
 	// Confine, when set, confines the OS thread each process is forked from,
 	// right before the fork, so the process starts with what that thread has
 	// (a seccomp filter and a Landlock domain are both per thread, and
@@ -171,6 +180,7 @@ type Proc struct {
 	group *group
 	pidfd int
 	oom0  int64
+	pids0 int64 // the sandbox's pids.events max count at start, or -1
 	done  chan struct{}
 
 	stdinMu sync.Mutex
@@ -582,6 +592,13 @@ func (p *Proc) finishLocked() {
 		r.ExitCode, r.Reason = 137, ReasonOOM
 	case p.killReason == ReasonKilled && ws.Signaled():
 		r.ExitCode, r.Reason = 137, ReasonKilled
+	case (ws.Signaled() || ws.ExitStatus() != 0) && p.pids0 >= 0 && pidsMax(p.t.cfg.PidsFD) > p.pids0:
+		// It failed, and a fork in the sandbox hit the pids limit meanwhile:
+		// the likeliest cause, which the caller should see (a fork bomb).
+		r.ExitCode, r.Reason = 128+int(ws.Signal()), ReasonPidsExhausted
+		if !ws.Signaled() {
+			r.ExitCode = ws.ExitStatus()
+		}
 	case ws.Signaled():
 		r.ExitCode, r.Reason = 128+int(ws.Signal()), ReasonSignaled
 	default:

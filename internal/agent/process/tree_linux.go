@@ -137,9 +137,16 @@ func (g *group) remove() (done bool, err error) {
 	}
 }
 
+// pidsMax reads the max counter of the sandbox's pids.events (how many forks
+// the pids limit refused); -1 when there is none.
+func pidsMax(fd int) int64 { return counter(fd, "max ") }
+
 // oomKills reads the oom_kill counter of the sandbox's memory.events (v2) or
 // memory.oom_control (v1); -1 when there is none.
-func oomKills(fd int) int64 {
+func oomKills(fd int) int64 { return counter(fd, "oom_kill ") }
+
+// counter reads the value of the line starting with key in the kernel file fd.
+func counter(fd int, key string) int64 {
 	if fd <= 0 {
 		return -1
 	}
@@ -149,7 +156,7 @@ func oomKills(fd int) int64 {
 		return -1
 	}
 	for _, line := range strings.Split(string(buf[:n]), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			if k, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
 				return k
 			}

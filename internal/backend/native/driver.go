@@ -41,9 +41,9 @@ type Driver struct {
 	layout *cgroup.Layout
 	// exe is the sealed copy of opts.Exe every sandbox runs.
 	exe string
-	// skel and etcMask are the read-only layers shared by every sandbox.
-	skel    mount.Skeleton
-	etcMask string
+	// skel and etc are the read-only layers shared by every sandbox.
+	skel mount.Skeleton
+	etc  string
 	// lowers are the host directories under the sandboxes' overlays, each
 	// attached in every sandbox as an idmapped copy (mount.IDMapped).
 	lowers []string
@@ -63,7 +63,7 @@ type Driver struct {
 }
 
 // Open checks opts, detects the host's cgroups, and builds once what every
-// sandbox shares: the sealed binary, the skeleton and the /etc mask.
+// sandbox shares: the sealed binary, the skeleton and /etc.
 func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	return open(ctx, opts)
 }
@@ -94,10 +94,10 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if d.skel, err = mount.BuildSkeleton(layers, "/"); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	if d.etcMask, err = mount.BuildEtcMask(layers, "/etc"); err != nil {
+	if d.etc, err = mount.BuildEtc(layers, "/etc"); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	d.lowers = []string{d.skel.Dir, "/usr", d.etcMask, "/etc"}
+	d.lowers = []string{d.skel.Dir, "/usr", d.etc}
 	for _, name := range d.skel.RealDirs {
 		d.lowers = append(d.lowers, "/"+name)
 	}

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/backend"
-	"sbx/internal/isolation/cgroup"
 	"sbx/internal/sandbox"
 )
 
@@ -281,7 +280,10 @@ func (d *Driver) Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) e
 	if !ok {
 		return &sandbox.Error{Op: "resize", ID: id, Err: fmt.Errorf("sandbox %w", sandbox.ErrNotFound)}
 	}
-	if err := b.group.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
+	if err := b.group.SetLimits(d.limits(b.group, spec)); err != nil {
+		return &sandbox.Error{Op: "resize", ID: id, Err: err}
+	}
+	if err := b.group.SetWorkPids(spec.Pids); err != nil {
 		return &sandbox.Error{Op: "resize", ID: id, Err: err}
 	}
 	return nil

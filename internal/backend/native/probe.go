@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/backend"
+	"sbx/internal/fault"
 	"sbx/internal/isolation/landlock"
 	"sbx/internal/isolation/seccomp"
 	"sbx/internal/sandbox"
@@ -70,6 +71,11 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	}
 	check("cgroup delegation", len(notWritable) == 0, "%s is not writable: sbx must be able to create its groups there", strings.Join(notWritable, ", "))
 
+	// The native jail is built on the user namespace: without it there is
+	// no native sandbox at all, accepted gap or not.
+	usernsWhy := d.missingReason(sandbox.LayerUserNS)
+	check("user namespaces", usernsWhy == "", "%s", usernsWhy)
+
 	check("static binary", !builtWithCgo(),
 		"this sbx binary was built with cgo, so the init stage cannot confine every thread of the sandbox: rebuild it with CGO_ENABLED=0 (make build does)")
 
@@ -95,6 +101,9 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 // missingReason says why this host cannot apply layer l, or "" when it can.
 func (d *Driver) missingReason(l string) string {
 	if why, ok := d.unsupported[l]; ok {
+		return why
+	}
+	if why := fault.Missing(l); why != "" {
 		return why
 	}
 	switch l {

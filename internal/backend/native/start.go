@@ -47,6 +47,7 @@ const (
 	oomFD    = 7
 	mountsFD = 8
 	exeFD    = 9
+	pidsFD   = 10
 )
 
 // cleanupTimeout bounds the teardown of one sandbox.
@@ -144,7 +145,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
 		return nil, err
 	}
-	if err := g.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
+	if err := g.SetLimits(d.limits(g, spec)); err != nil {
 		return nil, err
 	}
 	fault.Point(fault.Cgroup)
@@ -246,7 +247,7 @@ func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
 		RootLayer: layer("root", "/", d.skel.Dir),
 		Overlays: []mount.Overlay{
 			layer("usr", "/usr", "/usr"),
-			layer("etc", "/etc", d.etcMask, "/etc"),
+			layer("etc", "/etc", d.etc),
 		},
 		Binds: []mount.Bind{
 			{Source: "workspace", Target: "/workspace"},
@@ -305,9 +306,14 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		SpillLimitBytes:   d.opts.SpillLimitBytes,
 		ArchiveMaxBytes:   d.opts.ArchiveMaxBytes,
 		ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
-		Seccomp:           filter.prog,
-		SeccompID:         filter.id,
-		Landlock:          d.landlockRules(),
+	}
+	// A layer this host lacks is not attempted: the operator accepted its
+	// absence (allow_missing), or the create failed before this.
+	if d.missingReason(sandbox.LayerSeccomp) == "" {
+		cfg.Seccomp, cfg.SeccompID = filter.prog, filter.id
+	}
+	if d.missingReason(sandbox.LayerLandlock) == "" {
+		cfg.Landlock = d.landlockRules()
 	}
 	if v2 := b.group.V2Dir(); v2 != "" {
 		cfg.CgroupFD = cgroupFD
@@ -317,7 +323,12 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	if path, format := b.group.OOMFile(); path != "" {
 		cfg.OOMFD, cfg.OOMFormat = oomFD, format
 	}
-	for _, fd := range []int{cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD} {
+	if b.group.PidsDir() != "" {
+		cfg.PidsDirFD, cfg.WorkPids = pidsFD, spec.Pids
+	} else if b.group.PidsEventsFile() != "" {
+		cfg.PidsFD = pidsFD
+	}
+	for _, fd := range []int{cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsFD, cfg.PidsDirFD} {
 		if fd > 0 {
 			p.KeepFDs = append(p.KeepFDs, fd)
 		}
@@ -414,6 +425,18 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	}
 	defer exe.Close()
 	extra = append(extra, mountsChild, exe) // mountsFD, exeFD
+	path := b.group.PidsDir()
+	if path == "" {
+		path = b.group.PidsEventsFile()
+	}
+	if path != "" { // pidsFD
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		extra = append(extra, f)
+	}
 	pidfd := -1
 	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(b.uid), Size: UIDSlot}}
 	cmd := &exec.Cmd{
@@ -532,4 +555,19 @@ func socketPair() (ours, theirs *os.File, err error) {
 		return nil, nil, os.NewSyscallError("socketpair", err)
 	}
 	return os.NewFile(uintptr(fds[0]), "mounts"), os.NewFile(uintptr(fds[1]), "mounts"), nil
+}
+
+// agentPids is the room for the agent's own threads and helpers above the
+// sandbox's pids limit, where the workload has a group of its own
+// (cgroup.WorkGroup): a fork bomb then cannot starve the agent.
+const agentPids = 32
+
+// limits are the cgroup limits of a sandbox of spec: its pids limit goes to
+// the workload's group where there is one, with the agent's room above it.
+func (d *Driver) limits(g *cgroup.Group, spec sandbox.Spec) cgroup.Limits {
+	lim := cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}
+	if g.PidsDir() != "" && lim.Pids > 0 {
+		lim.Pids += agentPids
+	}
+	return lim
 }

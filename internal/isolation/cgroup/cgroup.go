@@ -101,6 +101,39 @@ func (g *Group) OOMFile() (path, format string) {
 	return "", ""
 }
 
+// WorkGroup is the child of a group, in the v1 pids hierarchy, that its
+// agent puts the processes it starts in: the group's own limit leaves room
+// for the agent above the workload's.
+const WorkGroup = "work"
+
+// PidsDir is the group's directory in the v1 pids hierarchy, or "".
+func (g *Group) PidsDir() string { return g.v1["pids"] }
+
+// SetWorkPids sets the pids limit of the group's WorkGroup, when there is one.
+func (g *Group) SetWorkPids(n int64) error {
+	d := g.v1["pids"]
+	if d == "" {
+		return nil
+	}
+	err := writeFile(filepath.Join(d, WorkGroup, "pids.max"), strconv.FormatInt(n, 10))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// PidsEventsFile is the group's pids.events, whose max counter counts the
+// forks its pids limit refused; "" without a pids controller.
+func (g *Group) PidsEventsFile() string {
+	if d := g.v1["pids"]; d != "" {
+		return filepath.Join(d, "pids.events")
+	}
+	if g.layout.pureV2() && g.layout.Has("pids") {
+		return filepath.Join(g.v2, "pids.events")
+	}
+	return ""
+}
+
 // dirs lists each directory of the group once: v2 first, then v1, sorted.
 func (g *Group) dirs() []string {
 	var out []string
@@ -689,12 +722,13 @@ func exists(path string) bool {
 // cgroup.procs).
 var delegated = []string{".", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control", "tasks"}
 
-// Delegate hands the group's v2 directory and its v1 freezer directory to
-// uid:gid, as systemd delegates a unit's group: their owner (the root of a
-// sandbox's user namespace) may make groups under them and move its own
-// processes there, and nothing else: the limits' files stay host root's.
+// Delegate hands the group's v2 directory and its v1 freezer and pids
+// directories to uid:gid, as systemd delegates a unit's group: their owner
+// (the root of a sandbox's user namespace) may make groups under them and
+// move its own processes there, and nothing else: the limits' files stay
+// host root's.
 func (g *Group) Delegate(uid, gid int) error {
-	for _, dir := range []string{g.v2, g.v1["freezer"]} {
+	for _, dir := range []string{g.v2, g.v1["freezer"], g.v1["pids"]} {
 		if dir == "" {
 			continue
 		}

@@ -1,5 +1,5 @@
 // This file implements the read-only layers built once per driver on the host:
-// the skeleton under the root overlay and the mask over /etc.
+// the skeleton under the root overlay (and, in etc.go, /etc).
 
 package mount
 
@@ -11,11 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // TopLinks are the top-level host paths that merged-/usr hosts make symlinks
@@ -97,73 +93,14 @@ func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
 	return sk, err
 }
 
-// EtcSecrets are the paths under /etc (globs) hidden from every sandbox.
+// EtcSecrets are the paths under /etc (globs) no sandbox sees, even where
+// EtcAllow would let a directory above them in.
 var EtcSecrets = []string{
 	"shadow", "shadow-", "gshadow", "gshadow-", "passwd-", "group-",
 	"ssh/ssh_host_*_key", "ssl/private", "security/opasswd", "krb5.keytab",
 	"sudoers", "sudoers.d", "machine-id", "subuid", "subgid", "subuid-", "subgid-",
 	"NetworkManager/system-connections", "wpa_supplicant", "letsencrypt",
 	"docker/key.json", "containerd", "kubernetes", "rancher",
-}
-
-// BuildEtcMask makes, under parent, an overlay layer that hides the EtcSecrets
-// present in etc with whiteouts (character devices 0/0), to stack above etc.
-// Directories leading to a whiteout copy the host directory's mode and owner. It
-// returns the layer's directory, named by a hash of its content and reused.
-func BuildEtcMask(parent, etc string) (string, error) {
-	var hidden []string
-	for _, pat := range EtcSecrets {
-		m, err := filepath.Glob(filepath.Join(etc, pat))
-		if err != nil {
-			return "", fmt.Errorf("building /etc mask: %w", err)
-		}
-		for _, p := range m {
-			rel, _ := filepath.Rel(etc, p)
-			hidden = append(hidden, rel)
-		}
-	}
-	slices.Sort(hidden)
-	desc := append([]string{"etc " + etc}, hidden...)
-	return buildLayer(parent, "etcmask", desc, func(tmp string) error {
-		for _, rel := range hidden {
-			if err := mkdirLike(tmp, etc, filepath.Dir(rel)); err != nil {
-				return err
-			}
-			p := filepath.Join(tmp, rel)
-			if err := unix.Mknod(p, unix.S_IFCHR|0o000, 0); err != nil {
-				return &Error{Op: "mknod", Target: p, Err: err}
-			}
-		}
-		return nil
-	})
-}
-
-// mkdirLike makes dir rel under tmp, and its parents, with the mode and owner of
-// the same directories under src.
-func mkdirLike(tmp, src, rel string) error {
-	if rel == "." {
-		return nil
-	}
-	if err := mkdirLike(tmp, src, filepath.Dir(rel)); err != nil {
-		return err
-	}
-	p := filepath.Join(tmp, rel)
-	if _, err := os.Lstat(p); err == nil {
-		return nil
-	}
-	fi, err := os.Stat(filepath.Join(src, rel))
-	if err != nil {
-		return err
-	}
-	if err := os.Mkdir(p, 0o700); err != nil {
-		return err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		if err := os.Lchown(p, int(st.Uid), int(st.Gid)); err != nil {
-			return err
-		}
-	}
-	return os.Chmod(p, fi.Mode().Perm()|fi.Mode()&(fs.ModeSticky|fs.ModeSetgid))
 }
 
 // buildLayer returns parent/<name>-<hash of desc>, building it with fill in a

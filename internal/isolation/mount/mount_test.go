@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -59,33 +60,65 @@ func TestBuildSkeleton(t *testing.T) {
 	}
 }
 
-func TestBuildEtcMask(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("requires root: whiteouts are character devices") // mknod needs CAP_MKNOD
-	}
+func TestBuildEtc(t *testing.T) {
 	etc, parent := t.TempDir(), t.TempDir()
-	for _, f := range []string{"shadow", "passwd", "ssh/ssh_host_ed25519_key", "ssh/ssh_host_ed25519_key.pub", "ssl/private/x.key"} {
-		os.MkdirAll(filepath.Join(etc, filepath.Dir(f)), 0o755)
-		os.WriteFile(filepath.Join(etc, f), []byte("secret"), 0o600)
+	files := map[string]string{
+		"passwd":                   "root:$6$hash:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\nalice:x:1001:1001::/home/alice:/bin/bash\n",
+		"group":                    "root:x:0:\nalice:x:1001:\n",
+		"shadow":                   "root:$6$secret",
+		"sudoers":                  "secret",
+		"ssh/ssh_host_rsa_key":     "secret",
+		"ssl/private/k.pem":        "secret",
+		"ssl/certs/ca.pem":         "cert",
+		"security/opasswd":         "secret",
+		"security/limits.conf":     "ok",
+		"nsswitch.conf":            "hosts: files",
+		"later.conf":               "not listed",
+		"ld.so.conf.d/x86_64.conf": "/usr/lib",
 	}
-	os.Chmod(filepath.Join(etc, "ssh"), 0o711)
-	mask, err := BuildEtcMask(parent, etc)
+	for f, content := range files {
+		os.MkdirAll(filepath.Join(etc, filepath.Dir(f)), 0o755)
+		os.WriteFile(filepath.Join(etc, f), []byte(content), 0o644)
+	}
+	os.Symlink("../../../etc/shadow", filepath.Join(etc, "localtime"))
+	layer, err := BuildEtc(parent, etc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, hidden := range []string{"shadow", "ssh/ssh_host_ed25519_key", "ssl/private"} {
-		var st unix.Stat_t
-		if err := unix.Lstat(filepath.Join(mask, hidden), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
-			t.Errorf("%s is not a whiteout in the mask: %v %o", hidden, err, st.Mode)
+	for _, kept := range []string{"nsswitch.conf", "ssl/certs/ca.pem", "security/limits.conf", "ld.so.conf.d/x86_64.conf"} {
+		if b, err := os.ReadFile(filepath.Join(layer, kept)); err != nil || string(b) != files[kept] {
+			t.Errorf("%s in the layer = %q, %v; want the host's copy", kept, b, err)
 		}
 	}
-	for _, kept := range []string{"passwd", "ssh/ssh_host_ed25519_key.pub"} {
-		if _, err := os.Lstat(filepath.Join(mask, kept)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s is in the mask, want it left visible", kept)
+	if sh, err := os.ReadFile(filepath.Join(layer, "shadow")); err != nil || strings.Contains(string(sh), "$6$") || !strings.Contains(string(sh), "user:*:") {
+		t.Errorf("shadow = %q, %v; want the sandbox's own accounts, locked, and none of the host's", sh, err)
+	}
+	for _, gone := range []string{"sudoers", "ssh", "ssl/private", "security/opasswd", "later.conf"} {
+		if _, err := os.Lstat(filepath.Join(layer, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is in the layer: %v", gone, err)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(mask, "ssh")); err != nil || fi.Mode().Perm() != 0o711 {
-		t.Errorf("mask ssh/ mode = %v, %v; want the host's 0711", fi.Mode(), err)
+	if target, err := os.Readlink(filepath.Join(layer, "localtime")); err != nil || target != "../../../etc/shadow" {
+		t.Errorf("localtime = %q, %v; want the link copied as a link", target, err)
+	}
+	passwd, _ := os.ReadFile(filepath.Join(layer, "passwd"))
+	for _, want := range []string{"root:x:0:0:", "_apt:x:42:", "nobody:x:65534:", "user:x:1000:1000:"} {
+		if !strings.Contains(string(passwd), want) {
+			t.Errorf("passwd lacks %q:\n%s", want, passwd)
+		}
+	}
+	if strings.Contains(string(passwd), "alice") || strings.Contains(string(passwd), "$6$") {
+		t.Errorf("passwd holds a host person or a hash:\n%s", passwd)
+	}
+	// A file added to the host's /etc later: the same layer when it is not
+	// listed, a new one when it is.
+	os.WriteFile(filepath.Join(etc, "later2.conf"), []byte("x"), 0o644)
+	if again, err := BuildEtc(parent, etc); err != nil || again != layer {
+		t.Errorf("after an unlisted file: %q, %v; want the same layer %q", again, err, layer)
+	}
+	os.WriteFile(filepath.Join(etc, "gai.conf"), []byte("x"), 0o644)
+	if again, err := BuildEtc(parent, etc); err != nil || again == layer {
+		t.Errorf("after a listed file: %q, %v; want a new layer", again, err)
 	}
 }
 

@@ -54,10 +54,17 @@ type Plan struct {
 // devices are the host device nodes bound into /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// readOnlyProc are /proc paths made read-only; nullProc are hidden behind /dev/null.
+// /proc paths masked as runc masks them, and more: readOnlyProc are made
+// read-only; nullProc, files that show kernel memory, keys, timers, page
+// frames or allocator state, are hidden behind /dev/null; emptyProc,
+// directories of hardware interfaces, behind an empty read-only tmpfs.
+// Those absent on a kernel are skipped.
 var (
 	readOnlyProc = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
-	nullProc     = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats"}
+	nullProc     = []string{"kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "timer_stats",
+		"kpageflags", "kpagecount", "kpagecgroup", "slabinfo", "vmallocinfo", "pagetypeinfo", "kallsyms", "kmsg",
+		"config.gz", "iomem", "ioports"}
+	emptyProc = []string{"acpi", "asound", "scsi", "firmware", "driver", "mtrr"}
 )
 
 const (
@@ -192,6 +199,15 @@ func mountProc(proc, devNull string) error {
 			continue
 		}
 		if err := bind(devNull, p, 0); err != nil {
+			return err
+		}
+	}
+	for _, name := range emptyProc {
+		p := filepath.Join(proc, name)
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := mount("mount", "tmpfs", p, "tmpfs", unix.MS_RDONLY|nosuidNodev|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
 			return err
 		}
 	}
