@@ -148,33 +148,28 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	if cfg.Root == "" {
 		cfg.Root = "/"
 	}
-	tree, err := files.New(cfg.Root, cfg.Workdir)
-	if err != nil {
+	// notServing tells the backend waiting on ReadyFD why the agent cannot
+	// serve, and returns err.
+	notServing := func(what string, err error) error {
 		ln.Close()
 		if cfg.ReadyFD > 0 {
-			unix.Write(cfg.ReadyFD, []byte("agent: "+err.Error()))
+			unix.Write(cfg.ReadyFD, []byte("agent: "+what+err.Error()))
 			unix.Close(cfg.ReadyFD)
 		}
 		return err
+	}
+	tree, err := files.New(cfg.Root, cfg.Workdir)
+	if err != nil {
+		return notServing("", err)
 	}
 	defer tree.Close()
 	conf, report, err := newConfinement(cfg)
 	if err != nil {
-		ln.Close()
-		if cfg.ReadyFD > 0 {
-			unix.Write(cfg.ReadyFD, []byte("agent: confining processes: "+err.Error()))
-			unix.Close(cfg.ReadyFD)
-		}
-		return err
+		return notServing("confining processes: ", err)
 	}
 	pidsJoin, pidsEvents, err := workPids(cfg)
 	if err != nil {
-		ln.Close()
-		if cfg.ReadyFD > 0 {
-			unix.Write(cfg.ReadyFD, []byte("agent: the work pids group: "+err.Error()))
-			unix.Close(cfg.ReadyFD)
-		}
-		return err
+		return notServing("the work pids group: ", err)
 	}
 	outDir := cfg.OutputDir
 	if outDir == "" {

@@ -182,13 +182,12 @@ func readReport(b *box) (sandbox.Isolation, error) {
 	if err != nil {
 		return sandbox.Isolation{}, fmt.Errorf("reading the agent's report: %w", err)
 	}
-	js, ok := strings.CutPrefix(string(msg), boot.ReadyPrefix)
-	if !ok {
-		return sandbox.Isolation{}, fmt.Errorf("agent: %s", strings.TrimSpace(string(msg)))
+	rep, err := backend.ReadyReport(msg)
+	if err != nil {
+		return sandbox.Isolation{}, fmt.Errorf("agent: %w", err)
 	}
-	var rep boot.Report
-	if err := json.Unmarshal([]byte(js), &rep); err != nil {
-		return sandbox.Isolation{}, fmt.Errorf("the agent's report: %w", err)
+	if rep == nil {
+		return sandbox.Isolation{}, errors.New("the agent closed its ready pipe without a report")
 	}
 	iso := isolation()
 	for _, l := range []string{sandbox.LayerLandlock, sandbox.LayerSeccomp} {

@@ -504,14 +504,8 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		}
 		return fmt.Errorf("reading the init stage's status: %w", err)
 	}
-	if js, ok := strings.CutPrefix(string(msg), boot.ReadyPrefix); ok {
-		var rep boot.Report
-		if err := json.Unmarshal([]byte(js), &rep); err != nil {
-			return fmt.Errorf("the agent's report of its isolation: %w", err)
-		}
-		b.report = &rep
-	} else if len(msg) > 0 {
-		return fmt.Errorf("init stage: %s", strings.TrimSpace(string(msg)))
+	if b.report, err = backend.ReadyReport(msg); err != nil {
+		return fmt.Errorf("init stage: %w", err)
 	}
 	// EOF with nothing said: the agent serves, or init exec'd a test's program,
 	// or the process died before it could say why.
