@@ -25,7 +25,7 @@ func main() {
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], daemon.Main) // daemon.Main becomes `sbx serve`
+	code := cli.Run(ctx, os.Args[1:], daemon.Main, daemon.GC) // `sbx serve`, `sbx gc`
 	stop()
 	os.Exit(code)
 }

@@ -40,6 +40,7 @@ type env struct {
 	getenv         func(string) string
 	euid           int
 	serve          ServeFunc
+	gc             ServeFunc
 	// cmd is the subcommand running, for messages.
 	cmd string
 	// newClient finds the daemon; tests may replace it.
@@ -47,8 +48,8 @@ type env struct {
 }
 
 // Run runs the command line args (without the program name) and returns the exit code.
-func Run(ctx context.Context, args []string, serve ServeFunc) int {
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, euid: os.Geteuid(), serve: serve}
+func Run(ctx context.Context, args []string, serve ServeFunc, gc ServeFunc) int {
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, euid: os.Geteuid(), serve: serve, gc: gc}
 	return e.run(ctx, args)
 }
 
@@ -71,6 +72,7 @@ func commands() []command {
 		{"rm", "delete sandboxes", runRm},
 		{"health", "show the daemon's backends", runHealth},
 		{"bench", "run the benchmark", runBench},
+		{"gc", "remove sandboxes whose daemon and data dir are gone", runGC},
 		{"version", "print the version", runVersion},
 	}
 }
@@ -211,6 +213,14 @@ func keyValues(flagName string, pairs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+func runGC(ctx context.Context, e *env, args []string) int {
+	if e.gc == nil {
+		fmt.Fprintln(e.stderr, "sbx gc: this build has no daemon")
+		return exitError
+	}
+	return e.gc(ctx, args)
 }
 
 func runServe(ctx context.Context, e *env, args []string) int {

@@ -161,7 +161,7 @@ func registerRange(instance, dataDir string, want IDRange) (IDRange, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return IDRange{}, fmt.Errorf("uid ranges: locking %s: %w", lock.Name(), err)
 	}
-	others, mine, err := readRegistry(instance)
+	others, mine, err := readRegistry(instance, true)
 	if err != nil {
 		return IDRange{}, err
 	}
@@ -219,9 +219,9 @@ type registered struct {
 }
 
 // readRegistry returns the live entries of other instances and this
-// instance's own range, removing the entries of instances whose data
-// directory is gone.
-func readRegistry(instance string) (others []registered, mine IDRange, err error) {
+// instance's own range; with prune it removes the entries of instances whose
+// data directory is gone.
+func readRegistry(instance string, prune bool) (others []registered, mine IDRange, err error) {
 	ents, err := os.ReadDir(uidRegistry)
 	if err != nil {
 		return nil, IDRange{}, fmt.Errorf("uid ranges: %w", err)
@@ -250,7 +250,9 @@ func readRegistry(instance string) (others []registered, mine IDRange, err error
 			continue
 		}
 		if _, err := os.Stat(reg.dataDir); errors.Is(err, fs.ErrNotExist) {
-			os.Remove(path) // its sandboxes went with their directories
+			if prune {
+				os.Remove(path) // its sandboxes went with their directories
+			}
 			continue
 		}
 		others = append(others, reg)

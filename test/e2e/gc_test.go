@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SECURITY.md RL-09, item "sweep orphans": a daemon killed and its data dir
+// deleted leaves its sandboxes running with no one to re-adopt them; `sbx
+// gc` lists them (--dry-run changes nothing) and removes them, and leaves a
+// live daemon's sandboxes alone (control).
+func TestGCRemovesOrphans(t *testing.T) {
+	live := sharedDaemon(t)
+	keep := live.create(nil)
+	defer live.api("DELETE", "/v1/sandboxes/"+keep, nil)
+
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	id := d.create(nil)
+	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
+	agent := agentPID(t, d.instance, id)
+	d.kill()
+	if err := os.RemoveAll(d.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(agent, 0); err != nil {
+		t.Fatalf("the orphan's agent did not outlive its daemon: %v", err)
+	}
+
+	gc := func(args ...string) (orphans []struct{ Instance, ID string }) {
+		t.Helper()
+		out, err := exec.Command(sbxBin, append([]string{"gc", "--json"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("sbx gc %v: %v %s", args, err, out)
+		}
+		var res struct {
+			Orphans []struct{ Instance, ID string } `json:"orphans"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("sbx gc printed %q", out)
+		}
+		return res.Orphans
+	}
+	found := func(list []struct{ Instance, ID string }, inst, id string) bool {
+		for _, o := range list {
+			if o.Instance == inst && o.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	dry := gc("--dry-run")
+	if !found(dry, d.instance, id) {
+		t.Fatalf("sbx gc --dry-run = %+v, want sandbox %s of instance %s", dry, id, d.instance)
+	}
+	if found(dry, live.instance, keep) {
+		t.Fatalf("sbx gc --dry-run lists a live daemon's sandbox")
+	}
+	if err := syscall.Kill(agent, 0); err != nil {
+		t.Fatalf("--dry-run killed the agent: %v", err)
+	}
+	if got := gc(); !found(got, d.instance, id) {
+		t.Fatalf("sbx gc = %+v", got)
+	}
+	if !waitUntil(5*time.Second, func() bool { return syscall.Kill(agent, 0) != nil }) {
+		t.Errorf("the orphan's agent (pid %d) survived sbx gc", agent)
+	}
+	groups, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + d.instance)
+	unified, _ := filepath.Glob("/sys/fs/cgroup/sbx/" + d.instance)
+	if len(groups)+len(unified) > 0 {
+		t.Errorf("the orphan instance's groups are left: %v %v", groups, unified)
+	}
+	auditLeaks(t, d.dataDir, d.instance)
+	// Control: the live daemon's sandbox still serves.
+	if r := live.sh(keep, "echo alive"); strings.TrimSpace(r.Stdout) != "alive" {
+		t.Errorf("the live daemon's sandbox after sbx gc: %+v", r)
+	}
+}
