@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -188,6 +189,9 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 	if g.kind != treeV1 && t.cfg.PidsJoinFD <= 0 && t.cfg.Confine == nil {
 		return syscall.ForkExec(path, argv, pa)
 	}
+	if g.kind != treeV1 {
+		return t.spawner().fork(path, argv, pa)
+	}
 	err = osthread.Discarded(func() error {
 		tid := strconv.Itoa(unix.Gettid())
 		if g.kind == treeV1 {
@@ -209,6 +213,68 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 		return err
 	})
 	return pid, err
+}
+
+// spawnThread is an OS thread that forks every process started outside v1
+// freezer groups: it joined the work pids group and was confined once, when
+// it started, and stays so. A v1 group change costs the kernel an RCU grace
+// period when the group's threads have been quiet (~10 ms here), and a
+// fork bomb may leave no room to start a thread: one thread, made early,
+// pays neither per exec.
+type spawnThread struct {
+	reqs chan spawnReq
+	err  error // why it could not start; every fork fails with it
+}
+
+type spawnReq struct {
+	path string
+	argv []string
+	pa   *syscall.ProcAttr
+	done chan spawnRes
+}
+
+type spawnRes struct {
+	pid int
+	err error
+}
+
+// spawner returns the table's spawn thread, starting it on first use.
+func (t *Table) spawner() *spawnThread {
+	t.spawnOnce.Do(func() {
+		st := &spawnThread{reqs: make(chan spawnReq)}
+		ready := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the table
+			if t.cfg.PidsJoinFD > 0 {
+				if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", strconv.Itoa(unix.Gettid())); err != nil {
+					st.err = fmt.Errorf("joining the work pids group: %w", err)
+				}
+			}
+			if st.err == nil && t.cfg.Confine != nil {
+				if err := t.cfg.Confine(); err != nil {
+					st.err = fmt.Errorf("confining: %w", err)
+				}
+			}
+			close(ready)
+			for r := range st.reqs {
+				pid, err := syscall.ForkExec(r.path, r.argv, r.pa)
+				r.done <- spawnRes{pid, err}
+			}
+		}()
+		<-ready
+		t.spawn = st
+	})
+	return t.spawn
+}
+
+func (st *spawnThread) fork(path string, argv []string, pa *syscall.ProcAttr) (int, error) {
+	if st.err != nil {
+		return 0, st.err
+	}
+	done := make(chan spawnRes, 1)
+	st.reqs <- spawnReq{path, argv, pa, done}
+	r := <-done
+	return r.pid, r.err
 }
 
 // childPipe makes a pipe with one end for the child, a plain blocking fd, and

@@ -87,6 +87,9 @@ type Table struct {
 	kind treeKind
 	pfd  int
 
+	spawnOnce sync.Once
+	spawn     *spawnThread // set by spawnOnce
+
 	mu sync.Mutex
 	// devNull is /dev/null, opened once: the stdin of every process without
 	// one. It is -1 when it could not be opened, or after Close; each Start
@@ -119,6 +122,9 @@ func NewTable(cfg Config) *Table {
 		t.kind, t.pfd = treeV1, cfg.FreezerFD
 	}
 	startReaper()
+	if t.kind != treeV1 && (cfg.PidsJoinFD > 0 || cfg.Confine != nil) {
+		t.spawner() // now, while the sandbox starts, not on its first exec
+	}
 	return t
 }
 
