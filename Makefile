@@ -21,6 +21,8 @@ build:
 # Starts `sbx serve` on the defaults: native backend, SQLite store in /var/lib/sbx
 # (as root), 127.0.0.1:7070 and <data-dir>/sbx.sock.
 run: build
+	@command -v mkfs.btrfs >/dev/null 2>&1 || { echo "installing btrfs-progs (the native backend's disk quotas)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends btrfs-progs >/dev/null; }
 	./$(BIN) serve
 
 # Debian packages the tests (and the bench's peer) need, then Go modules.

@@ -9,6 +9,9 @@ command -v protoc >/dev/null 2>&1 || need="$need protobuf-compiler"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v ps >/dev/null 2>&1 || need="$need procps"
+# The native backend's disk quotas (a btrfs pool per data dir).
+command -v mkfs.btrfs >/dev/null 2>&1 || need="$need btrfs-progs"
+command -v strace >/dev/null 2>&1 || need="$need strace"
 if [ -n "$need" ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: need root to install:$need" >&2

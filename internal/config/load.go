@@ -225,6 +225,7 @@ type filePolicy struct {
 	MinPids            int64         `toml:"min_pids"`
 	DefaultDiskBytes   int64         `toml:"default_disk_bytes"`
 	MaxDiskBytes       int64         `toml:"max_disk_bytes"`
+	MinDiskBytes       int64         `toml:"min_disk_bytes"`
 	Networks           []string      `toml:"networks"`
 	DefaultExecTimeout time.Duration `toml:"default_exec_timeout"`
 	MaxExecTimeout     time.Duration `toml:"max_exec_timeout"`
@@ -243,7 +244,7 @@ func toFile(c Config) fileConfig {
 		DefaultMemoryBytes: p.DefaultMemoryBytes, MaxMemoryBytes: p.MaxMemoryBytes, MinMemoryBytes: p.MinMemoryBytes,
 		DefaultMilliCPUs: p.DefaultMilliCPUs, MaxMilliCPUs: p.MaxMilliCPUs,
 		DefaultPids: p.DefaultPids, MaxPids: p.MaxPids, MinPids: p.MinPids,
-		DefaultDiskBytes: p.DefaultDiskBytes, MaxDiskBytes: p.MaxDiskBytes,
+		DefaultDiskBytes: p.DefaultDiskBytes, MaxDiskBytes: p.MaxDiskBytes, MinDiskBytes: p.MinDiskBytes,
 		DefaultExecTimeout: p.DefaultExecTimeout, MaxExecTimeout: p.MaxExecTimeout,
 		OutputLimitBytes: p.OutputLimitBytes,
 		Templates:        slices.Clone(p.Templates),
@@ -266,7 +267,7 @@ func (f fileConfig) config() Config {
 		DefaultMemoryBytes: fp.DefaultMemoryBytes, MaxMemoryBytes: fp.MaxMemoryBytes, MinMemoryBytes: fp.MinMemoryBytes,
 		DefaultMilliCPUs: fp.DefaultMilliCPUs, MaxMilliCPUs: fp.MaxMilliCPUs,
 		DefaultPids: fp.DefaultPids, MaxPids: fp.MaxPids, MinPids: fp.MinPids,
-		DefaultDiskBytes: fp.DefaultDiskBytes, MaxDiskBytes: fp.MaxDiskBytes,
+		DefaultDiskBytes: fp.DefaultDiskBytes, MaxDiskBytes: fp.MaxDiskBytes, MinDiskBytes: fp.MinDiskBytes,
 		DefaultExecTimeout: fp.DefaultExecTimeout, MaxExecTimeout: fp.MaxExecTimeout,
 		OutputLimitBytes: fp.OutputLimitBytes,
 		Templates:        fp.Templates,

@@ -28,24 +28,24 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // byte is read or the agent is called, naming the quota and the sandbox.
 func TestUploadOverQuotaRefusedUnread(t *testing.T) {
 	e := newEnv(t, nil)
-	sb := e.create(t, sandbox.CreateRequest{DiskBytes: 2 * sandbox.MiB})
+	sb := e.create(t, sandbox.CreateRequest{DiskBytes: 16 * sandbox.MiB})
 	for _, call := range []struct {
 		op string
 		do func(r io.Reader) error
 	}{
 		{"upload", func(r io.Reader) error {
-			_, err := e.m.Upload(t.Context(), sb.ID, "/workspace/f", r, 2*sandbox.MiB+1, 0)
+			_, err := e.m.Upload(t.Context(), sb.ID, "/workspace/f", r, 16*sandbox.MiB+1, 0)
 			return err
 		}},
 		{"upload_archive", func(r io.Reader) error {
-			_, err := e.m.UploadArchive(t.Context(), sb.ID, "/workspace/d", r, 3*sandbox.MiB, sandbox.ArchiveLimits{})
+			_, err := e.m.UploadArchive(t.Context(), sb.ID, "/workspace/d", r, 17*sandbox.MiB, sandbox.ArchiveLimits{})
 			return err
 		}},
 	} {
-		body := &countingReader{r: bytes.NewReader(make([]byte, 4<<20))}
+		body := &countingReader{r: bytes.NewReader(make([]byte, 20<<20))}
 		err := call.do(body)
 		if !errors.Is(err, sandbox.ErrTooLarge) || !strings.HasPrefix(err.Error(), call.op+" "+string(sb.ID)+": ") ||
-			!strings.Contains(err.Error(), "disk quota (disk_mb 2, 2097152 bytes)") {
+			!strings.Contains(err.Error(), "disk quota (disk_mb 16, 16777216 bytes)") {
 			t.Errorf("%s over the quota = %v, want too large naming the quota and the sandbox", call.op, err)
 		}
 		if body.n != 0 {

@@ -33,6 +33,9 @@ type Policy struct {
 
 	DefaultDiskBytes int64 `json:"default_disk_bytes"`
 	MaxDiskBytes     int64 `json:"max_disk_bytes"`
+	// MinDiskBytes is what a sandbox's own files need at start (its upper
+	// layers' metadata, the agent's spill directory).
+	MinDiskBytes int64 `json:"min_disk_bytes"`
 
 	// Networks are the tiers a caller may ask for; the first is the default.
 	Networks []Network `json:"networks"`
@@ -71,6 +74,7 @@ func DefaultPolicy() Policy {
 		MinPids:            16,
 		DefaultDiskBytes:   1 * GiB,
 		MaxDiskBytes:       64 * GiB,
+		MinDiskBytes:       16 * MiB,
 		Networks:           []Network{NetworkNone},
 		DefaultExecTimeout: 60 * time.Second,
 		MaxExecTimeout:     3600 * time.Second,
@@ -95,7 +99,7 @@ func (p Policy) Check() error {
 	pair("memory_bytes", p.DefaultMemoryBytes, p.MaxMemoryBytes, p.MinMemoryBytes)
 	pair("pids", p.DefaultPids, p.MaxPids, p.MinPids)
 	pair("milli_cpus", p.DefaultMilliCPUs, p.MaxMilliCPUs, 1)
-	pair("disk_bytes", p.DefaultDiskBytes, p.MaxDiskBytes, 0)
+	pair("disk_bytes", p.DefaultDiskBytes, p.MaxDiskBytes, p.MinDiskBytes)
 	if p.DefaultTTL <= 0 || p.DefaultTTL > p.MaxTTL {
 		errs = append(errs, fmt.Errorf("policy.default_ttl: %s is outside (0, %s]", p.DefaultTTL, p.MaxTTL))
 	}
@@ -168,8 +172,10 @@ func (p Policy) Admit(req CreateRequest) (Spec, error) {
 	switch {
 	case s.DiskBytes == 0:
 		s.DiskBytes = p.DefaultDiskBytes
-	case s.DiskBytes < 0 || s.DiskBytes > p.MaxDiskBytes:
-		errs = append(errs, Invalid("disk_mb", "%d MB is outside [1, %d] MB", s.DiskBytes/MiB, p.MaxDiskBytes/MiB))
+	case s.DiskBytes < p.MinDiskBytes:
+		errs = append(errs, Invalid("disk_mb", "%d MB is below the %d MB a sandbox's own files need", s.DiskBytes/MiB, p.MinDiskBytes/MiB))
+	case s.DiskBytes > p.MaxDiskBytes:
+		errs = append(errs, Invalid("disk_mb", "%d MB is above the limit of %d MB", s.DiskBytes/MiB, p.MaxDiskBytes/MiB))
 	}
 	if s.Network == "" {
 		s.Network = p.Networks[0]

@@ -25,6 +25,12 @@ func TestGCRemovesOrphans(t *testing.T) {
 	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
 	agent := agentPID(t, d.instance, id)
 	d.kill()
+	// The operator deletes the data dir, its disk pool detached first (a
+	// mounted directory cannot go); the sandboxes keep their files open.
+	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
+	if err := syscall.Unmount(pool, syscall.MNT_DETACH); err != nil {
+		t.Fatalf("detaching %s: %v", pool, err)
+	}
 	if err := os.RemoveAll(d.dataDir); err != nil {
 		t.Fatal(err)
 	}

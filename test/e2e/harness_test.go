@@ -131,6 +131,13 @@ func startDaemonBin(t *testing.T, bin, dataDir string, env ...string) *daemon {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
+		// Runs before the temp dir goes: a pool a killed daemon left mounted
+		// would pin it. (Tests that stop cleanly check it was unmounted.)
+		t.Cleanup(func() {
+			if poolMounted(dataDir) {
+				syscall.Unmount(poolDir(dataDir), syscall.MNT_DETACH)
+			}
+		})
 	}
 	d := &daemon{t: t, dataDir: dataDir, log: &lockedBuffer{}, done: make(chan struct{}), env: env}
 	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dataDir, "sbx.sock"))
@@ -212,6 +219,9 @@ func (d *daemon) cleanup() {
 		}
 	}
 	d.stop()
+	if poolMounted(d.dataDir) {
+		d.t.Errorf("leak: the disk pool %s is still mounted after a clean stop with no sandbox", poolDir(d.dataDir))
+	}
 	if d.t.Failed() {
 		d.dumpLog()
 	}

@@ -66,6 +66,12 @@ func leaks(dataDir, instance string) []string {
 	}
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, l := range strings.Split(string(mi), "\n") {
+			// The disk pool is the daemon's, not a sandbox's: a sandbox left
+			// in it shows as a directory below; poolMounted checks the pool
+			// itself once the daemon has stopped.
+			if f := strings.Fields(l); len(f) > 4 && f[4] == poolDir(dataDir) {
+				continue
+			}
 			if strings.Contains(l, dataDir) {
 				out = append(out, "mount "+l)
 			}
@@ -99,4 +105,19 @@ func removeInstanceGroups(instance string) {
 	for _, d := range dirs {
 		os.Remove(d) // rmdir: only an empty group goes
 	}
+}
+
+// poolDir is the mount point of the native backend's disk pool of dataDir.
+func poolDir(dataDir string) string { return filepath.Join(dataDir, "backends", "native", "disk") }
+
+// poolMounted reports whether dataDir's disk pool is mounted: after a clean
+// stop with no sandbox left it must not be.
+func poolMounted(dataDir string) bool {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == poolDir(dataDir) {
+			return true
+		}
+	}
+	return false
 }

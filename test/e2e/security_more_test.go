@@ -129,6 +129,9 @@ func (r *run) closePrivate(d *daemon) []string {
 			found = append(found, "it did not exit within 30 s of SIGTERM")
 		}
 	}
+	if poolMounted(d.dataDir) {
+		found = append(found, "the disk pool "+poolDir(d.dataDir)+" is still mounted after a clean stop")
+	}
 	found = append(found, leaksBeyond(d.dataDir, d.instance, nil, 5*time.Second)...)
 	removeInstanceGroups(d.instance)
 	mounted := false

@@ -758,8 +758,8 @@ func rs06Attack(r *run) error {
 		res := r.exec(id, map[string]any{"command": "dd if=/dev/zero of=" + dir + "/fill bs=1M count=4096 2>&1 | tail -1; du -sm " + dir + " | cut -f1", "timeout": 60})
 		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 		mb := atoi(lines[len(lines)-1])
-		if res.Reason != "oom" && mb > 128 {
-			r.breach("RS-06: %s holds %d MB under a memory limit of 128 MB", dir, mb)
+		if res.Reason != "oom" && mb > 64 {
+			r.breach("RS-06: %s holds %d MB, more than half the memory limit of 128 MB", dir, mb)
 		}
 		r.note("%s: the fill ended %s with %d MB written", dir, res.Reason, mb)
 		r.sh(id, "rm -f "+dir+"/fill")
@@ -843,5 +843,82 @@ setpriv --reuid=1000 --regid=1000 --clear-groups sh -c 'su -c "id -u" root </dev
 			r.breach("PV-01: uid 0 as the user: %q", l)
 		}
 	}
+	return nil
+}
+
+// RS-04: filling the disk, in the workspace and in the writable layer, stops
+// at disk_mb inside; the host loses at most that; a sibling still writes.
+func rs04Setup(r *run) error { r.create(map[string]any{"disk_mb": 64}); return nil }
+
+func rs04Control(r *run) error {
+	res := r.sh(r.a(), "head -c 16M /dev/zero > /workspace/ok && rm /workspace/ok && echo wrote")
+	if !strings.Contains(res.Stdout, "wrote") {
+		return fmt.Errorf("control: 16 MiB under a 64 MiB quota: %+v", res)
+	}
+	return nil
+}
+
+func rs04Attack(r *run) error {
+	id := r.a()
+	var before unix.Statfs_t
+	unix.Statfs(r.d.dataDir, &before)
+	for _, c := range []struct{ where, cmd string }{
+		{"workspace, fallocate", "fallocate -l 200M /workspace/fa 2>&1; echo rc=$?"},
+		{"workspace, dd", "dd if=/dev/zero of=/workspace/dd bs=1M count=200 2>&1 | grep -v records; echo rc=$?"},
+		{"writable layer, dd", "dd if=/dev/zero of=/usr/local/dd bs=1M count=200 2>&1 | grep -v records; echo rc=$?"},
+	} {
+		res := r.sh(id, c.cmd+"; sync; du -sm /workspace /usr/local | awk '{s+=$1} END {print \"total\", s}'")
+		if !strings.Contains(res.Stdout, "quota exceeded") && !strings.Contains(res.Stdout, "No space left") {
+			r.breach("RS-04 %s: no EDQUOT/ENOSPC at the quota: %q", c.where, res.Stdout)
+		}
+		r.sh(id, "rm -f /workspace/fa /workspace/dd /usr/local/dd")
+	}
+	var after unix.Statfs_t
+	unix.Statfs(r.d.dataDir, &after)
+	if lost := (int64(before.Bavail) - int64(after.Bavail)) * after.Bsize; lost > 64<<20+32<<20 {
+		r.breach("RS-04: the host lost %d MiB of free space to a 64 MiB quota", lost>>20)
+	}
+	// Space comes back after deleting; the sibling and the daemon still write.
+	if res := r.sh(id, "head -c 32M /dev/zero > /workspace/again && echo again"); !strings.Contains(res.Stdout, "again") {
+		r.breach("RS-04: the space did not come back after deleting: %+v", res)
+	}
+	if res := r.sh(r.env.sibling, "head -c 8M /dev/zero > /tmp/s && echo sibling"); !strings.Contains(res.Stdout, "sibling") {
+		r.breach("RS-04: the sibling cannot write: %+v", res)
+	}
+	r.note("disk_full is not a reason of exec results yet: the command sees EDQUOT (gap)")
+	return nil
+}
+
+// RS-05: millions of empty files stop at the quota: btrfs counts metadata.
+func rs05Setup(r *run) error { r.create(map[string]any{"disk_mb": 16}); return nil }
+
+func rs05Control(r *run) error {
+	res := r.sh(r.a(), "mkdir /workspace/f && cd /workspace/f && for i in $(seq 100); do : > $i; done && ls | wc -l")
+	if strings.TrimSpace(res.Stdout) != "100" {
+		return fmt.Errorf("control: 100 files: %+v", res)
+	}
+	return nil
+}
+
+func rs05Attack(r *run) error {
+	res := r.exec(r.a(), map[string]any{"command": `python3 -c '
+import os
+os.makedirs("/workspace/many", exist_ok=True)
+n = 0
+try:
+    while n < 3000000:
+        open("/workspace/many/%d" % n, "w").close(); n += 1
+        if n % 5000 == 0: os.sync()
+except OSError as e:
+    print(n, e.errno)
+else:
+    print(n, 0)'`, "timeout": 300})
+	f := strings.Fields(res.Stdout)
+	if len(f) != 2 || f[1] == "0" {
+		r.breach("RS-05: %q: the file count was not bounded", res.Stdout)
+	} else {
+		r.note("%s empty files fit 16 MiB (errno %s)", f[0], f[1])
+	}
+	r.sh(r.a(), "rm -rf /workspace/many")
 	return nil
 }

@@ -67,10 +67,11 @@ func conformance(t *testing.T, exe string) {
 		}
 	})
 	backendtest.Run(t, func(t *testing.T) backend.Driver {
-		d, err := Open(t.Context(), opts)
+		d, err := open(t.Context(), opts)
 		if err != nil {
 			t.Fatalf("Open = %v", err)
 		}
+		t.Cleanup(func() { d.pool.Close() }) // busy while another driver of the test holds sandboxes: the last one unmounts
 		return d
 	}, backendtest.HostAudit(func(t *testing.T) *testutil.LeakAudit {
 		return &testutil.LeakAudit{CgroupPrefix: "sbx/" + opts.Instance, DataDir: opts.DataDir, Keep: []string{"bin", "layers"}}
@@ -93,6 +94,7 @@ func BenchmarkStartDestroy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer d.pool.Close()
 	var starts, destroys []time.Duration
 	for b.Loop() {
 		sp := backendtest.Spec()

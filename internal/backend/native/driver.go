@@ -17,9 +17,12 @@ import (
 	"regexp"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"sbx/internal/backend"
 	"sbx/internal/isolation/cgroup"
 	"sbx/internal/isolation/mount"
+	"sbx/internal/isolation/quota"
 	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 )
@@ -49,6 +52,8 @@ type Driver struct {
 	lowers []string
 	// uids hands out the sandboxes' host id ranges.
 	uids *uids
+	// pool is the disk quota filesystem the sandboxes' directories live in.
+	pool *quota.Pool
 
 	// unsupported, set by tests, makes layers missing on this host, with
 	// the reason given (PV-11's fault hook).
@@ -98,6 +103,9 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
 	d.lowers = []string{d.skel.Dir, "/usr", d.etc}
+	if d.pool, err = quota.Open(opts.DataDir, poolBytes(opts.DataDir)); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
 	for _, name := range d.skel.RealDirs {
 		d.lowers = append(d.lowers, "/"+name)
 	}
@@ -187,17 +195,41 @@ func (d *Driver) cgroupPath(id sandbox.ID) string {
 	return "sbx/" + d.opts.Instance + "/" + string(id)
 }
 
-func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
+// dir is the sandbox's directory: a subvolume of the disk quota pool, or,
+// for a sandbox made before the pool existed, a plain directory of the data
+// dir.
+func (d *Driver) dir(id sandbox.ID) string {
+	legacy := filepath.Join(d.opts.DataDir, string(id))
+	if _, err := os.Lstat(legacy); err == nil {
+		return legacy
+	}
+	return filepath.Join(d.pool.Dir(), string(id))
+}
+
+// poolBytes is the size of a new disk quota pool: the data dir's
+// filesystem's free space (the image is sparse; it takes only what sandboxes
+// write), at least 1 GiB.
+func poolBytes(dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 1 << 30
+	}
+	return max(int64(st.Bavail)*st.Bsize, 1<<30)
+}
 
 // claimExisting records the id range of every sandbox directory left from
 // before a restart: the directory belongs to its sandbox's root, so its owner
 // is the first id of the range, held until the sandbox is destroyed.
 func (d *Driver) claimExisting() error {
-	ents, err := os.ReadDir(d.opts.DataDir)
+	legacy, err := os.ReadDir(d.opts.DataDir)
 	if err != nil {
 		return err
 	}
-	for _, e := range ents {
+	pooled, err := os.ReadDir(d.pool.Dir())
+	if err != nil {
+		return err
+	}
+	for _, e := range append(legacy, pooled...) {
 		id, err := sandbox.ParseID(e.Name())
 		if err != nil || !e.IsDir() {
 			continue
@@ -211,7 +243,7 @@ func (d *Driver) claimExisting() error {
 			continue // not (yet) handed to a sandbox's root
 		}
 		if err := d.uids.claim(uint64(st.Uid), id); err != nil {
-			return fmt.Errorf("sandbox directory %s: %w", filepath.Join(d.opts.DataDir, e.Name()), err)
+			return fmt.Errorf("sandbox directory %s: %w", d.dir(id), err)
 		}
 	}
 	return nil

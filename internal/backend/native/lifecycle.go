@@ -238,6 +238,7 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 		}
 	}
 	add(d.opts.DataDir)
+	add(d.pool.Dir())
 	for _, root := range d.hierarchies() {
 		add(filepath.Join(root, "sbx", d.opts.Instance))
 	}
@@ -246,8 +247,14 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 }
 
 // Close implements backend.Closer: it removes this instance's own group in
-// each hierarchy when no sandbox is left in it. Running sandboxes keep theirs.
+// each hierarchy, and unmounts the disk quota pool, when no sandbox is left.
+// Running sandboxes keep theirs.
 func (d *Driver) Close(ctx context.Context) error {
+	if d.pool.Empty() {
+		if err := d.pool.Close(); err != nil {
+			d.log.Warn("unmounting the disk quota pool", "err", err)
+		}
+	}
 	for _, h := range d.hierarchies() {
 		err := os.Remove(filepath.Join(h, "sbx", d.opts.Instance))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {

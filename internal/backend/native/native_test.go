@@ -59,6 +59,9 @@ func openTest(t *testing.T, argv ...string) (*Driver, *testutil.LeakAudit) {
 		for _, h := range d.hierarchies() { // the instance group is the test's, not a sandbox's
 			os.Remove(filepath.Join(h, "sbx", inst))
 		}
+		if err := d.pool.Close(); err != nil { // the pool, too: its mount would pin the temp dir
+			t.Errorf("closing the disk pool: %v", err)
+		}
 	})
 	return d, audit
 }

@@ -133,7 +133,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if b.uid, err = d.uids.alloc(id); err != nil {
 		return nil, err
 	}
-	if err := d.prepare(b); err != nil {
+	if err := d.prepare(b, spec); err != nil {
 		return nil, err
 	}
 	fault.Point(fault.Rootfs)
@@ -187,11 +187,16 @@ func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, err
 // layers, the workspace, and its own /etc/hostname and hosts. All of it
 // belongs to the sandbox's root (host uid b.uid), whose user namespace builds
 // the root from it and whose files land in it.
-func (d *Driver) prepare(b *box) error {
-	if err := os.Mkdir(b.dir, 0o700); err != nil {
+func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
+	// A subvolume of the pool, limited to disk_mb: what the sandbox writes
+	// in its root and its workspace counts against it.
+	if _, err := d.pool.Create(string(b.id), uint64(spec.DiskBytes)); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("sandbox directory %s: %w", b.dir, sandbox.ErrExists)
 		}
+		return err
+	}
+	if err := os.Chmod(b.dir, 0o700); err != nil {
 		return err
 	}
 	dirs := []string{"root", "upper", "work", "workspace", "lower"}
@@ -252,8 +257,10 @@ func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
 		Binds: []mount.Bind{
 			{Source: "workspace", Target: "/workspace"},
 		},
-		TmpBytes: spec.MemoryBytes,
-		ShmBytes: spec.MemoryBytes,
+		// tmpfs, in memory: each at most half the memory limit (and the
+		// disk quota), so a full one leaves the agent room to live.
+		TmpBytes: min(spec.MemoryBytes/2, spec.DiskBytes),
+		ShmBytes: min(spec.MemoryBytes/2, spec.DiskBytes),
 	}
 	for _, name := range d.skel.RealDirs {
 		p.Overlays = append(p.Overlays, layer(name, "/"+name, "/"+name))

@@ -1,0 +1,327 @@
+// Package quota bounds the disk each sandbox writes with btrfs quota groups,
+// on one filesystem per daemon data dir.
+//
+// The filesystem is a sparse image in the data dir, made once with
+// mkfs.btrfs, attached to a loop device that detaches itself once unmounted
+// (LO_FLAGS_AUTOCLEAR), mounted nosuid,nodev, with quotas enabled. Each
+// sandbox's directory (its overlays' upper and work directories and its
+// workspace) is a subvolume of its own whose quota group is limited to the
+// sandbox's disk_mb: data and metadata both count, so a million empty files
+// hit it as surely as one large file. Writing past it fails with EDQUOT inside
+// the sandbox; deleting files gives the space back.
+//
+// Why this and not another: a size-limited tmpfs counts against memory; an
+// image per sandbox needs a mkfs and a loop device per create; ext4 and XFS
+// project quotas need the kernel's CONFIG_QUOTA, which hosts (this one among
+// them) may lack, while btrfs quota groups are part of btrfs. Creating a
+// subvolume and limiting it are two ioctls per sandbox.
+package quota
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// btrfs ioctls (include/uapi/linux/btrfs.h).
+const (
+	iocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+	iocQuotaCtl     = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
+	iocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
+
+	quotaCtlEnable = 1
+	limitMaxRfer   = 1 // BTRFS_QGROUP_LIMIT_MAX_RFER
+)
+
+type volArgs struct {
+	FD   int64
+	Name [4088]byte
+}
+
+type quotaCtlArgs struct {
+	Cmd    uint64
+	Status uint64
+}
+
+type qgroupLimitArgs struct {
+	QgroupID uint64
+	Flags    uint64
+	MaxRfer  uint64
+	MaxExcl  uint64
+	RsvRfer  uint64
+	RsvExcl  uint64
+}
+
+// Pool is the quota filesystem of one data dir.
+type Pool struct {
+	img, mnt string
+}
+
+// Tools reports whether this host can make a pool, and why not.
+func Tools() error {
+	if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
+		return errors.New("mkfs.btrfs is not installed (Debian package btrfs-progs)")
+	}
+	fss, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(fss), "\tbtrfs\n") {
+		return errors.New("the kernel has no btrfs (modprobe btrfs)")
+	}
+	return nil
+}
+
+// Open returns the pool of dir: the filesystem in dir/disk.img, mounted at
+// dir/disk. A mount already there (a restarted daemon whose sandboxes live
+// on) is used as it is; an image already there is mounted, never made again;
+// a new image is sizeBytes large (sparse: it takes host space only as
+// sandboxes write).
+func Open(dir string, sizeBytes int64) (*Pool, error) {
+	p := &Pool{img: filepath.Join(dir, "disk.img"), mnt: filepath.Join(dir, "disk")}
+	if err := os.MkdirAll(p.mnt, 0o711); err != nil {
+		return nil, fmt.Errorf("disk quota: %w", err)
+	}
+	mounted, err := isMountPoint(p.mnt)
+	if err != nil {
+		return nil, err
+	}
+	if !mounted {
+		if err := Tools(); err != nil {
+			return nil, fmt.Errorf("disk quota: %w", err)
+		}
+		if _, err := os.Stat(p.img); errors.Is(err, fs.ErrNotExist) {
+			if err := format(p.img, sizeBytes); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, fmt.Errorf("disk quota: %w", err)
+		}
+		if err := mountImage(p.img, p.mnt); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.enable(); err != nil {
+		return nil, err
+	}
+	// Who may enter: the sandboxes' roots, each its own directory only.
+	if err := os.Chmod(p.mnt, 0o711); err != nil {
+		return nil, fmt.Errorf("disk quota: %w", err)
+	}
+	return p, nil
+}
+
+// Dir is where sandbox directories go: the mounted filesystem.
+func (p *Pool) Dir() string { return p.mnt }
+
+// format makes a sparse image of size bytes holding a btrfs filesystem.
+func format(img string, size int64) error {
+	tmp := img + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("disk quota: sizing %s: %w", tmp, err)
+	}
+	// Single copies: the image is one file on one disk already.
+	out, err := exec.Command("mkfs.btrfs", "-q", "-f", "-m", "single", "-d", "single", "-L", "sbx-quota", tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("disk quota: formatting %s: mkfs.btrfs: %v: %s", img, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	return nil
+}
+
+// mountImage attaches img to a free loop device that detaches itself once
+// unmounted, and mounts it at mnt.
+func mountImage(img, mnt string) error {
+	file, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	defer file.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	defer ctl.Close()
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("disk quota: no free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		loop, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("disk quota: %w", err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(file.Fd()), Size: 4096}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], img)
+		err = unix.IoctlLoopConfigure(int(loop.Fd()), &cfg)
+		if errors.Is(err, unix.EBUSY) && attempt < 10 {
+			loop.Close() // taken meanwhile by another
+			continue
+		}
+		if err != nil {
+			loop.Close()
+			return fmt.Errorf("disk quota: attaching %s to %s: %w", img, dev, err)
+		}
+		err = unix.Mount(dev, mnt, "btrfs", unix.MS_NOSUID|unix.MS_NODEV, "")
+		loop.Close() // the mount holds it now; without one it detaches
+		if err != nil {
+			return fmt.Errorf("disk quota: mounting %s on %s (btrfs): %w", dev, mnt, err)
+		}
+		return nil
+	}
+}
+
+// enable turns quota groups on (again: it is idempotent).
+func (p *Pool) enable() error {
+	fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	defer unix.Close(fd)
+	args := quotaCtlArgs{Cmd: quotaCtlEnable}
+	if err := ioctl(fd, iocQuotaCtl, unsafe.Pointer(&args)); err != nil {
+		return fmt.Errorf("disk quota: enabling btrfs quotas on %s: %w", p.mnt, err)
+	}
+	return nil
+}
+
+// Create makes name, a directory of the pool, as a subvolume whose quota
+// group is limited to maxBytes (0: no limit), and returns its path.
+func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
+		return "", fmt.Errorf("disk quota: bad subvolume name %q", name)
+	}
+	parent, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("disk quota: %w", err)
+	}
+	defer unix.Close(parent)
+	var args volArgs
+	copy(args.Name[:], name)
+	if err := ioctl(parent, iocSubvolCreate, unsafe.Pointer(&args)); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("disk quota: %s: %w", filepath.Join(p.mnt, name), fs.ErrExist)
+		}
+		return "", fmt.Errorf("disk quota: creating subvolume %s: %w", filepath.Join(p.mnt, name), err)
+	}
+	path := filepath.Join(p.mnt, name)
+	if err := p.Limit(path, maxBytes); err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	return path, nil
+}
+
+// Limit sets the quota of the subvolume at path to maxBytes (0: none).
+func (p *Pool) Limit(path string, maxBytes uint64) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(fd)
+	args := qgroupLimitArgs{Flags: limitMaxRfer, MaxRfer: maxBytes}
+	if maxBytes == 0 {
+		args.Flags, args.MaxRfer = 0, 0
+	}
+	if err := ioctl(fd, iocQgroupLimit, unsafe.Pointer(&args)); err != nil {
+		return fmt.Errorf("disk quota: limiting %s to %d bytes: %w", path, maxBytes, err)
+	}
+	return nil
+}
+
+// Empty reports whether the pool holds no sandbox directory.
+func (p *Pool) Empty() bool {
+	ents, err := os.ReadDir(p.mnt)
+	return err == nil && len(ents) == 0
+}
+
+// Close unmounts the pool, which detaches its loop device. Sandboxes must
+// be gone first: a busy mount stays, and Close says so.
+func (p *Pool) Close() error {
+	if err := unix.Unmount(p.mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("disk quota: unmounting %s: %w", p.mnt, err)
+	}
+	return nil
+}
+
+// Unmount detaches the pool of data dir dir, if mounted, without opening
+// it: for sweeping the pool of a data dir whose daemon is gone.
+func Unmount(dir string) error {
+	mnt := filepath.Join(dir, "disk")
+	if ok, err := isMountPoint(mnt); err != nil || !ok {
+		return err
+	}
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("disk quota: unmounting %s: %w", mnt, err)
+	}
+	return nil
+}
+
+func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
+	runtime.KeepAlive(arg)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is a mount point in this mount namespace.
+func isMountPoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("disk quota: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescape(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,188 @@
+package quota
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// open makes a pool in a temporary dir and unmounts it at the end (the loop
+// device detaches with the mount).
+func open(t *testing.T) (*Pool, string) {
+	t.Helper()
+	if err := Tools(); err != nil || os.Geteuid() != 0 {
+		if strings.Contains(os.Getenv("SBX_TEST_REQUIRE"), "quota") {
+			t.Fatalf("quota required: %v, euid %d", err, os.Geteuid())
+		}
+		t.Skipf("needs root and btrfs: %v", err)
+	}
+	dir := t.TempDir()
+	p, err := Open(dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+		if ok, _ := isMountPoint(p.Dir()); ok {
+			t.Errorf("%s still mounted", p.Dir())
+		}
+	})
+	return p, dir
+}
+
+// fill writes mib MiB to path and returns the error (nil: all written).
+func fill(path string, mib int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for range mib {
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+func over(err error) bool { return errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.ENOSPC) }
+
+func TestBytes(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Create("b", 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(a, "x"), 4); err != nil {
+		t.Fatalf("4 MiB under 8: %v", err)
+	}
+	if err := fill(filepath.Join(a, "sub"), 8); !over(err) {
+		t.Fatalf("past the quota: %v, want EDQUOT", err)
+	}
+	if err := fill(filepath.Join(b, "x"), 4); err != nil {
+		t.Errorf("control: the sibling cannot write: %v", err)
+	}
+	os.Remove(filepath.Join(a, "x"))
+	os.Remove(filepath.Join(a, "sub"))
+	unix.Sync()
+	if err := fill(filepath.Join(a, "y"), 6); err != nil {
+		t.Errorf("after deleting, the space came back: %v", err)
+	}
+	if _, err := p.Create("a", 1); !errors.Is(err, os.ErrExist) {
+		t.Errorf("Create of an existing name = %v, want ErrExist", err)
+	}
+	// A subvolume goes as a directory does.
+	if err := os.RemoveAll(a); err != nil {
+		t.Errorf("removing a subvolume: %v", err)
+	}
+}
+
+// Metadata counts: empty files, as many as it takes, hit the quota too.
+func TestManyFiles(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 2<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for n = 0; n < 200000; n++ {
+		f, err := os.Create(filepath.Join(a, "f"+strconv.Itoa(n)))
+		if err != nil {
+			if !over(err) {
+				t.Fatalf("file %d: %v, want EDQUOT", n, err)
+			}
+			break
+		}
+		f.Close()
+		if n%1000 == 999 {
+			unix.Sync() // quota groups are accounted at commit
+		}
+	}
+	if n == 200000 {
+		t.Fatalf("200000 empty files under a 2 MiB quota")
+	}
+	t.Logf("%d empty files fit 2 MiB", n)
+}
+
+// An overlay whose upper layer lies in a subvolume counts against it: how a
+// sandbox's root uses the pool.
+func TestOverlayUpper(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"upper", "work", "merged"} {
+		os.Mkdir(filepath.Join(a, d), 0o755)
+	}
+	merged := filepath.Join(a, "merged")
+	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+t.TempDir()+",upperdir="+filepath.Join(a, "upper")+",workdir="+filepath.Join(a, "work")); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(merged, unix.MNT_DETACH)
+	if err := fill(filepath.Join(merged, "big"), 16); !over(err) {
+		t.Fatalf("16 MiB through an overlay over an 8 MiB quota: %v", err)
+	}
+}
+
+// A restarted daemon finds its pool mounted; once unmounted it is mounted
+// again from the image, whose files stay.
+func TestReopen(t *testing.T) {
+	p, dir := open(t)
+	a, err := p.Create("a", 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(a, "keep"), []byte("kept"), 0o644)
+	if _, err := Open(dir, 1<<30); err != nil {
+		t.Fatalf("reopening a mounted pool: %v", err)
+	}
+	if err := fill(filepath.Join(a, "x"), 12); !over(err) {
+		t.Errorf("the limit did not hold after reopening: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	p3, err := Open(dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mounting an existing image: %s", time.Since(began))
+	if b, err := os.ReadFile(filepath.Join(p3.Dir(), "a", "keep")); err != nil || string(b) != "kept" {
+		t.Errorf("after remounting: %q, %v; want the file kept", b, err)
+	}
+}
+
+func BenchmarkCreate(b *testing.B) {
+	if Tools() != nil {
+		b.Skip()
+	}
+	p, err := Open(b.TempDir(), 1<<30)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for i := 0; b.Loop(); i++ {
+		if _, err := p.Create("s"+strconv.Itoa(i), 1<<30); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
