@@ -15,6 +15,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/isolation/landlock"
+	"sbx/internal/isolation/nsinit"
 	"sbx/internal/isolation/seccomp"
 	"sbx/internal/osthread"
 )
@@ -67,6 +68,9 @@ func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report, error) {
 			rep.Layers["seccomp"] = probeSeccomp()
 			rep.SeccompProfile = cfg.SeccompID
 		}
+		if why := probeBounding(); why != "" {
+			rep.Layers["caps"] = why
+		}
 		return nil
 	})
 	if err != nil {
@@ -83,6 +87,9 @@ func (c *confinement) confine() error {
 	// every thread already, a local agent has it on none.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := nsinit.NarrowBounding(); err != nil {
+		return fmt.Errorf("caps: %w", err)
 	}
 	if c.ruleset != nil {
 		if err := c.ruleset.RestrictThread(); err != nil {
@@ -130,10 +137,25 @@ func probeSeccomp() string {
 	return "the kernel shows no seccomp mode"
 }
 
-// hook is the process table's Confine: nil when there is nothing to apply.
-func (c *confinement) hook() func() error {
-	if c.ruleset == nil && c.filter == nil {
-		return nil
+// hook is the process table's Confine: no_new_privs and the bounding set
+// always, Landlock and seccomp when configured.
+func (c *confinement) hook() func() error { return c.confine }
+
+// probeBounding checks that the thread's bounding set is its effective set:
+// what the processes it forks start with.
+func probeBounding() string {
+	st, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return "cannot read /proc/thread-self/status: " + err.Error()
 	}
-	return c.confine
+	sets := map[string]string{}
+	for _, line := range strings.Split(string(st), "\n") {
+		if k, v, ok := strings.Cut(line, ":\t"); ok && (k == "CapBnd" || k == "CapEff") {
+			sets[k] = v
+		}
+	}
+	if sets["CapBnd"] != sets["CapEff"] {
+		return fmt.Sprintf("a process's bounding set %s is not its effective set %s", sets["CapBnd"], sets["CapEff"])
+	}
+	return ""
 }

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -190,7 +191,11 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 		return syscall.ForkExec(path, argv, pa)
 	}
 	if g.kind != treeV1 {
-		return t.spawner().fork(path, argv, pa)
+		st := t.spawner()
+		if st == nil {
+			return 0, errors.New("the process table is closed")
+		}
+		return st.fork(path, argv, pa)
 	}
 	err = osthread.Discarded(func() error {
 		tid := strconv.Itoa(unix.Gettid())
@@ -224,6 +229,9 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 type spawnThread struct {
 	reqs chan spawnReq
 	err  error // why it could not start; every fork fails with it
+
+	mu     sync.Mutex
+	closed bool // guarded by mu: reqs is closed, the thread gone
 }
 
 type spawnReq struct {
@@ -272,9 +280,25 @@ func (st *spawnThread) fork(path string, argv []string, pa *syscall.ProcAttr) (i
 		return 0, st.err
 	}
 	done := make(chan spawnRes, 1)
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return 0, errors.New("the process table is closed")
+	}
 	st.reqs <- spawnReq{path, argv, pa, done}
+	st.mu.Unlock()
 	r := <-done
 	return r.pid, r.err
+}
+
+// close ends the thread once its last fork is done.
+func (st *spawnThread) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.closed {
+		st.closed = true
+		close(st.reqs)
+	}
 }
 
 // childPipe makes a pipe with one end for the child, a plain blocking fd, and

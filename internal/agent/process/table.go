@@ -283,6 +283,10 @@ func (t *Table) Running() int {
 // Close releases what the table holds open. Processes started after it get
 // /dev/null opened for them.
 func (t *Table) Close() {
+	t.spawnOnce.Do(func() {}) // no spawn thread from now on
+	if t.spawn != nil {
+		t.spawn.close()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.devNull >= 0 {

@@ -284,9 +284,11 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		Workdir:  "/workspace",
 		MountsFD: mountsFD,
 		CloseFDs: []int{exeFD},
-		KeepFDs:  []int{listenFD},
-		NoFile:   1 << 20, // capped at the daemon's own hard limit
-		NProc:    1 << 16, // per sandbox: its root is its own host uid
+		// The agent narrows the bounding set on the thread it forks from.
+		BoundingPerThread: d.testArgv == nil,
+		KeepFDs:           []int{listenFD},
+		NoFile:            1 << 20, // capped at the daemon's own hard limit
+		NProc:             1 << 16, // per sandbox: its root is its own host uid
 	}
 	capProfile := cmp.Or(spec.CapProfile, "default")
 	caps, ok := nsinit.CapProfiles[capProfile]

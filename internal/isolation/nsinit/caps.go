@@ -76,7 +76,7 @@ var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN", "SYS_RESOURCE"}
 // they go to every thread of the process through syscall.AllThreadsSyscall
 // (which a binary built with cgo lacks: that is an error), else to the calling
 // thread only, which must be the one that execs.
-func confine(keep uint64, threadOnly bool) error {
+func confine(keep uint64, threadOnly, skipBounding bool) error {
 	call := func(trap, a1, a2, a3 uintptr) error {
 		var errno syscall.Errno
 		if threadOnly {
@@ -100,7 +100,7 @@ func confine(keep uint64, threadOnly bool) error {
 			return fmt.Errorf("caps: clearing ambient capabilities: %w", err)
 		}
 	}
-	for c := uint(0); c < 64; c++ {
+	for c := uint(0); c < 64 && !skipBounding; c++ {
 		if keep&(1<<c) != 0 {
 			continue
 		}
@@ -150,4 +150,33 @@ func ambientSet() bool {
 		}
 	}
 	return false
+}
+
+// NarrowBounding drops from the calling thread's bounding set every
+// capability not in its effective set: what a thread that forks processes
+// does when init left the bounding sets whole (Plan.BoundingPerThread). It
+// needs CAP_SETPCAP, which every profile keeps.
+func NarrowBounding() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	eff := uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+	for c := uint(0); c < 64; c++ {
+		if eff&(1<<c) != 0 {
+			continue
+		}
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			return nil // past the kernel's last capability
+		}
+		if err != nil || in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
 }

@@ -113,10 +113,10 @@ func run() (agentConfig []byte, err error) {
 	layers["rlimits"] = "applied"
 	// Every thread, or with a program to exec (which ends the other threads)
 	// at least this one; the agent runs on after, so it needs them all.
-	if err := confine(keep, p.Path != ""); err != nil {
+	if err := confine(keep, p.Path != "", p.BoundingPerThread && p.Path == ""); err != nil {
 		return nil, err
 	}
-	layers["caps"], layers["nnp"], layers["userns"] = checkCaps(keep), checkNNP(), checkUserNS()
+	layers["caps"], layers["nnp"], layers["userns"] = checkCaps(keep, p.BoundingPerThread && p.Path == ""), checkNNP(), checkUserNS()
 	if p.Path == "" {
 		// The agent runs on in this process: every fd it holds stays open, none
 		// reaches a program it starts unless handed over explicitly.
@@ -278,8 +278,9 @@ func setRlimits(nofile, nproc uint64) error {
 }
 
 // checkCaps reads back the calling thread's capability sets: every set holds
-// keep at most, and the bounding and effective sets exactly keep.
-func checkCaps(keep uint64) string {
+// keep at most, and the bounding and effective sets exactly keep (the
+// bounding set whole, with perThread: the agent narrows it where it forks).
+func checkCaps(keep uint64, perThread bool) string {
 	st, err := os.ReadFile("/proc/thread-self/status")
 	if err != nil {
 		return "cannot read /proc/thread-self/status: " + err.Error()
@@ -292,6 +293,9 @@ func checkCaps(keep uint64) string {
 		v, err := strconv.ParseUint(val, 16, 64)
 		if err != nil {
 			return "cannot parse " + line
+		}
+		if perThread && name == "CapBnd" {
+			continue
 		}
 		if v&^keep != 0 || (name == "CapBnd" || name == "CapEff") && v != keep {
 			return fmt.Sprintf("%s is %016x, want %016x", name, v, keep)
