@@ -52,7 +52,7 @@ func gc(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			verb = "would remove"
 		}
 		for _, o := range orphans {
-			fmt.Fprintf(stdout, "%s sandbox %s of instance %s (%d processes)\n", verb, o.ID, o.Instance, o.Procs)
+			fmt.Fprintf(stdout, "%s sandbox %s of instance %s (processes: %d)\n", verb, o.ID, o.Instance, o.Procs)
 		}
 		if len(orphans) == 0 {
 			fmt.Fprintln(stdout, "no orphaned sandboxes")

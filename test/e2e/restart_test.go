@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // RL-01: sandboxes and their processes outlive a kill -9 of the daemon and are
@@ -141,4 +142,31 @@ func dirOwner(t *testing.T, dataDir, id string) uint32 {
 	}
 	t.Fatalf("no directory for sandbox %s", id)
 	return 0
+}
+
+// RL-07: the TTL is an absolute deadline the daemon keeps in its store: a
+// 5 s sandbox whose daemon is killed at 3 s and restarted is destroyed soon
+// after its deadline by the new daemon, its processes with it. (The time
+// is reported; 30 s only guards against a hang.)
+func TestTTLAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir, "SBX_POOL_SIZE=0")
+	began := time.Now()
+	id := d.create(map[string]any{"timeout": 5})
+	keep := d.create(map[string]any{"timeout": 600}) // control: a later deadline survives
+	agent := agentPID(t, d.instance, id)
+	time.Sleep(3*time.Second - time.Since(began))
+	d.kill()
+	d = startDaemon(t, dir, "SBX_POOL_SIZE=0")
+	defer d.cleanup()
+	if !waitUntil(30*time.Second, func() bool { st, _ := d.api("GET", "/v1/sandboxes/"+id, nil); return st == 404 }) {
+		t.Fatalf("a 5 s sandbox still there 30 s after its create, across a restart")
+	}
+	t.Logf("a 5 s sandbox, its daemon killed at 3 s, was gone %s after its create", time.Since(began).Round(10*time.Millisecond))
+	if !waitUntil(5*time.Second, func() bool { return syscall.Kill(agent, 0) != nil }) {
+		t.Errorf("the expired sandbox's agent (pid %d) lives on", agent)
+	}
+	if st, b := d.api("GET", "/v1/sandboxes/"+keep, nil); st != 200 {
+		t.Errorf("control: the 600 s sandbox after the restart = %d %s", st, b)
+	}
 }
