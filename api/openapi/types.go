@@ -45,6 +45,7 @@ const (
 	CodeOutOfRange           = "out_of_range"
 	CodeIsolationUnavailable = "isolation_unavailable"
 	CodeAgentLost            = "agent_lost"
+	CodeInsufficientStorage  = "insufficient_storage"
 	CodeUnauthenticated      = "unauthenticated"
 	CodeUnimplemented        = "unimplemented"
 	CodeInternal             = "internal"

@@ -81,6 +81,7 @@ var auditOutcomes = []struct {
 	{sandbox.ErrTimeout, "deadline_exceeded"},
 	{context.DeadlineExceeded, "deadline_exceeded"},
 	{sandbox.ErrAgentLost, "agent_lost"},
+	{sandbox.ErrNoSpace, "insufficient_storage"},
 	{errors.ErrUnsupported, "unimplemented"},
 	{context.Canceled, "canceled"},
 }

@@ -18,6 +18,9 @@ var (
 	ErrUnavailable = errors.New("unavailable")      // 503 unavailable
 	ErrTimeout     = errors.New("timeout")          // 504 deadline_exceeded
 	ErrTooLarge    = errors.New("too large")        // 413 out_of_range
+	// ErrNoSpace: the host's disk under the data dir is too full to make a
+	// sandbox safely.
+	ErrNoSpace = errors.New("insufficient storage") // 507 insufficient_storage
 	// ErrIsolation: a layer the policy requires cannot be applied on this host.
 	ErrIsolation       = errors.New("isolation unavailable") // 503 isolation_unavailable
 	ErrAgentLost       = errors.New("agent lost")            // 502 agent_lost

@@ -278,6 +278,18 @@ func (d *daemon) api(method, path string, body any) (int, []byte) {
 
 func (d *daemon) apiKey(key, method, path string, body any) (int, []byte) {
 	d.t.Helper()
+	st, _, b := d.apiKeyHeaders(key, method, path, body)
+	return st, b
+}
+
+// apiHeaders is api with the response's headers.
+func (d *daemon) apiHeaders(method, path string, body any) (int, http.Header, []byte) {
+	d.t.Helper()
+	return d.apiKeyHeaders(d.key, method, path, body)
+}
+
+func (d *daemon) apiKeyHeaders(key, method, path string, body any) (int, http.Header, []byte) {
+	d.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -302,7 +314,7 @@ func (d *daemon) apiKey(key, method, path string, body any) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // create makes a sandbox over HTTP and returns its id.

@@ -130,6 +130,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			retErr = sandbox.Wrap("create", id, retErr)
 		}
 	}()
+	if err := d.checkSpace(spec); err != nil {
+		return nil, err
+	}
 	if b.uid, err = d.uids.alloc(id); err != nil {
 		return nil, err
 	}
@@ -573,4 +576,22 @@ func (d *Driver) limits(g *cgroup.Group, spec sandbox.Spec) cgroup.Limits {
 		lim.Pids += agentPids
 	}
 	return lim
+}
+
+// minFreeBytes is the free space the data dir's filesystem must keep for a
+// create: the sandboxes' pool image is sparse, and a host filesystem that
+// fills under it fails its writes; the store needs room too.
+const minFreeBytes = 256 << 20
+
+// checkSpace refuses a create when the data dir's filesystem is nearly full.
+func (d *Driver) checkSpace(spec sandbox.Spec) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.opts.DataDir, &st); err != nil {
+		return fmt.Errorf("checking the data dir's free space: %w", err)
+	}
+	if free := int64(st.Bavail) * st.Bsize; free < minFreeBytes {
+		return fmt.Errorf("%w: the filesystem of %s has %d MiB free, below the %d MiB a create keeps free: free some space there",
+			sandbox.ErrNoSpace, d.opts.DataDir, free>>20, minFreeBytes>>20)
+	}
+	return nil
 }

@@ -41,6 +41,7 @@ var classes = []class{
 	{sandbox.ErrTimeout, http.StatusGatewayTimeout, openapi.CodeDeadlineExceeded},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, openapi.CodeDeadlineExceeded},
 	{sandbox.ErrAgentLost, http.StatusBadGateway, openapi.CodeAgentLost},
+	{sandbox.ErrNoSpace, http.StatusInsufficientStorage, openapi.CodeInsufficientStorage},
 	{errors.ErrUnsupported, http.StatusNotImplemented, openapi.CodeUnimplemented},
 }
 
@@ -85,7 +86,7 @@ func (s *server) writeError(w *responseWriter, r *http.Request, rt route, err er
 	}
 	h := w.Header()
 	switch c.status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInsufficientStorage:
 		after, ok := manager.RetryAfter(err)
 		if !ok {
 			after = time.Second

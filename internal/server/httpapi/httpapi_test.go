@@ -51,6 +51,7 @@ func TestWriteErrorTable(t *testing.T) {
 		{&bodyTimeoutError{n: 3, took: 10 * time.Second, rate: Options{}.bodyRate()}, 408, "deadline_exceeded", ""},
 		{sandbox.ErrIsolation, 503, "isolation_unavailable", "1"},
 		{sandbox.ErrAgentLost, 502, "agent_lost", ""},
+		{sandbox.ErrNoSpace, 507, "insufficient_storage", "1"},
 		{sandbox.ErrUnauthenticated, 401, "unauthenticated", ""},
 		{fmt.Errorf("pausing: %w", errors.ErrUnsupported), 501, "unimplemented", ""},
 		{errors.New("disk on fire at /var/lib/sbx/secret"), 500, "internal", ""},
