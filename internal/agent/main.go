@@ -183,6 +183,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		OOMFD:            cfg.OOMFD,
 		PidsFD:           pidsEvents,
 		PidsJoinFD:       pidsJoin,
+		DiskFull:         func() bool { return diskFull(tree, outDir) },
 		Confine:          conf.hook(),
 		Spill:            func(name string) (*os.File, string, error) { return tree.CreateSpill(outDir, name) },
 		Log:              log,
@@ -257,4 +258,23 @@ func workPids(cfg boot.AgentConfig) (dir, events int, err error) {
 		return -1, -1, fmt.Errorf("opening %s/pids.events: %w", name, err)
 	}
 	return dir, events, nil
+}
+
+// diskFull reports whether the sandbox's disk is full: a 4 KiB write to a
+// new file of the output directory fails with ENOSPC or EDQUOT. It is asked
+// only when a process fails.
+func diskFull(tree *files.FS, dir string) bool {
+	f, wire, err := tree.CreateSpill(dir, ".sbx-disk-probe")
+	if err != nil {
+		return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+	}
+	defer func() {
+		f.Close()
+		tree.Remove(wire)
+	}()
+	_, err = f.Write(make([]byte, 4096))
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

@@ -10,6 +10,7 @@ const (
 	ReasonOOM           = "oom"
 	ReasonKilled        = "killed"
 	ReasonPidsExhausted = "pids_exhausted"
+	ReasonDiskFull      = "disk_full"
 	ReasonAgentLost     = "agent_lost"
 )
 

@@ -885,7 +885,16 @@ func rs04Attack(r *run) error {
 	if res := r.sh(r.env.sibling, "head -c 8M /dev/zero > /tmp/s && echo sibling"); !strings.Contains(res.Stdout, "sibling") {
 		r.breach("RS-04: the sibling cannot write: %+v", res)
 	}
-	r.note("disk_full is not a reason of exec results yet: the command sees EDQUOT (gap)")
+	// The exec that failed at the quota says why.
+	res := r.exec(id, map[string]any{"argv": []string{"dd", "if=/dev/zero", "of=/workspace/full", "bs=1M", "count=200"}, "timeout": 60})
+	if res.Reason != "disk_full" || res.ExitCode == 0 {
+		r.breach("RS-04: dd past the quota ended %q (exit %d), want disk_full", res.Reason, res.ExitCode)
+	}
+	r.sh(id, "rm -f /workspace/full")
+	// Control: a failure with room on the disk is not disk_full.
+	if res := r.sh(id, "exit 3"); res.Reason != "exited" {
+		r.breach("RS-04: a plain failure ended %q, want exited", res.Reason)
+	}
 	return nil
 }
 

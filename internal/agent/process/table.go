@@ -44,6 +44,9 @@ const (
 	// ReasonPidsExhausted: the process failed after the sandbox hit its
 	// pids limit.
 	ReasonPidsExhausted = "pids_exhausted"
+	// ReasonDiskFull: the process failed and the sandbox's disk quota is
+	// full (DiskFull says so when it ends).
+	ReasonDiskFull = "disk_full"
 )
 
 // Streams.
@@ -66,6 +69,9 @@ type Config struct {
 	// PidsFD, when > 0, is the pids.events of the group the processes count
 	// against: its max counter tells that a fork hit the pids limit.
 	PidsFD int
+	// DiskFull, when set, reports whether the sandbox's disk is full: asked
+	// when a process fails, whose reason is then disk_full.
+	DiskFull func() bool
 	// PidsJoinFD, when > 0, is a v1 pids group (the sandbox's work group)
 	// each process starts in: the thread it is forked from joins it first.
 	PidsJoinFD int
@@ -606,6 +612,13 @@ func (p *Proc) finishLocked() {
 		// It failed, and a fork in the sandbox hit the pids limit meanwhile:
 		// the likeliest cause, which the caller should see (a fork bomb).
 		r.ExitCode, r.Reason = 128+int(ws.Signal()), ReasonPidsExhausted
+		if !ws.Signaled() {
+			r.ExitCode = ws.ExitStatus()
+		}
+	case (ws.Signaled() || ws.ExitStatus() != 0) && p.t.cfg.DiskFull != nil && p.t.cfg.DiskFull():
+		// It failed with the disk full: the likeliest cause (ENOSPC or
+		// EDQUOT inside), which the caller should see.
+		r.ExitCode, r.Reason = 128+int(ws.Signal()), ReasonDiskFull
 		if !ws.Signaled() {
 			r.ExitCode = ws.ExitStatus()
 		}
