@@ -109,6 +109,11 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 		}
 		os.Remove(filepath.Join(uidRegistry, inst))
 	}
+	if !dryRun {
+		if _, err := os.Stat(uidRegistry); err == nil {
+			readRegistry("", true) // prunes the records of instances whose data dir is gone
+		}
+	}
 	return out, errors.Join(errs...)
 }
 
