@@ -26,6 +26,7 @@ import (
 	"sbx/api/agent/boot"
 	"sbx/internal/agentclient"
 	"sbx/internal/backend"
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 )
@@ -42,6 +43,10 @@ const cleanupTimeout = 30 * time.Second
 type Driver struct {
 	opts backend.Options
 	log  *slog.Logger
+	// layout is the host's cgroups when the daemon may make groups (root);
+	// each sandbox's commands then run in a group of its own, with its
+	// limits. Nil otherwise.
+	layout *cgroup.Layout
 
 	boxes backend.Registry[*box]
 }
@@ -50,10 +55,13 @@ var _ backend.Driver = (*Driver)(nil)
 
 // box is one sandbox this driver holds.
 type box struct {
-	id   sandbox.ID
-	dir  string
-	sock string
-	proc *backend.Proc // the agent; it holds nothing for a sandbox known only by its id
+	id      sandbox.ID
+	dir     string
+	sock    string
+	proc    *backend.Proc // the agent; it holds nothing for a sandbox known only by its id
+	group   *cgroup.Group // nil without cgroups
+	coreOff bool          // RLIMIT_CORE 0 is set on the agent
+	cgMode  string        // the cgroup layout's mode, with group
 	// ready is the read end of the agent's ReadyFD until its report is read;
 	// applied is the isolation built from that report.
 	ready   *os.File
@@ -82,7 +90,15 @@ func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{opts: opts, log: log.With(logkey.Component, Name)}, nil
+	d := &Driver{opts: opts, log: log.With(logkey.Component, Name)}
+	if l, err := cgroup.Detect(); err == nil && os.Geteuid() == 0 {
+		d.layout = l
+	}
+	return d, nil
+}
+
+func (d *Driver) cgroupPath(id sandbox.ID) string {
+	return "sbx/" + d.opts.Instance + "/" + string(id)
 }
 
 func (d *Driver) dir(id sandbox.ID) string { return filepath.Join(d.opts.DataDir, string(id)) }
@@ -139,6 +155,16 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return nil, err
 	}
+	if d.layout != nil && d.opts.Instance != "" {
+		g, err := d.layout.Create(d.cgroupPath(id))
+		if err != nil {
+			return nil, err
+		}
+		b.group, b.cgMode = g, d.layout.Mode()
+		if err := g.SetLimits(cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.spawn(ctx, b, spec, ws); err != nil {
 		return nil, err
 	}
@@ -190,6 +216,12 @@ func readReport(b *box) (sandbox.Isolation, error) {
 		return sandbox.Isolation{}, errors.New("the agent closed its ready pipe without a report")
 	}
 	iso := isolation()
+	if b.group != nil {
+		iso.Layers[sandbox.LayerCgroup], iso.Cgroup = sandbox.Applied, b.cgMode
+	}
+	if b.coreOff {
+		iso.Layers[sandbox.LayerRlimits] = sandbox.Applied
+	}
 	for _, l := range []string{sandbox.LayerLandlock, sandbox.LayerSeccomp} {
 		if rep.Layers[l] != "applied" {
 			return sandbox.Isolation{}, fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, cmp.Or(rep.Layers[l], "not reported"))
@@ -277,14 +309,65 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 		cfgW.Close()
 		return err
 	}
+	files := []*os.File{null, logf, logf, cfgR, readyW} // boot.ConfigFD = 3, readyFD
+	if b.group != nil {
+		// The agent's tree kill and OOM reasons: its group's directory and
+		// OOM counter, as in a jail.
+		dir, oom := b.group.V2Dir(), ""
+		if dir == "" {
+			dir = b.group.Dir("freezer")
+		}
+		oom, _ = b.group.OOMFile()
+		for i, path := range []string{dir, oom} {
+			if path == "" {
+				files = append(files, nil)
+				continue
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				cfgR.Close()
+				cfgW.Close()
+				readyR.Close()
+				readyW.Close()
+				return err
+			}
+			defer f.Close()
+			files = append(files, f)
+			switch {
+			case i == 1:
+				cfg.OOMFD, cfg.OOMFormat = 6, oomFormat(b.group)
+			case b.group.V2Dir() != "":
+				cfg.CgroupFD = 5
+			default:
+				cfg.FreezerFD = 5
+			}
+		}
+		if js, err = json.Marshal(cfg); err != nil {
+			return err
+		}
+	}
 	b.ready = readyR
 	pidfd := -1
-	p, err := os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(b.id)}, &os.ProcAttr{
-		Dir:   ws,
-		Env:   append([]string{"PATH=" + env[0][len("PATH="):]}, boot.RuntimeEnv...),
-		Files: []*os.File{null, logf, logf, cfgR, readyW}, // boot.ConfigFD = 3, readyFD
-		Sys:   &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd},
-	})
+	var p *os.Process
+	start := func(v2fd int) error {
+		attr := &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+		if v2fd >= 0 {
+			attr.UseCgroupFD, attr.CgroupFD = true, v2fd
+		}
+		var err error
+		p, err = os.StartProcess(d.opts.Exe, []string{"sbx", boot.AgentArg, string(b.id)}, &os.ProcAttr{
+			Dir:   ws,
+			Env:   append([]string{"PATH=" + env[0][len("PATH="):]}, boot.RuntimeEnv...),
+			Files: files,
+			Sys:   attr,
+		})
+		return err
+	}
+	if b.group != nil {
+		err = b.group.ForkIn(start) // born in its group: nothing runs unaccounted
+	} else {
+		err = start(-1)
+	}
 	cfgR.Close()
 	readyW.Close()
 	if err != nil {
@@ -297,6 +380,10 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 	}(js)
 	if err := b.proc.HoldChild(p, pidfd); err != nil {
 		return err
+	}
+	// No core dumps of the agent or what it starts (they inherit it).
+	if err := unix.Prlimit(p.Pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil); err == nil {
+		b.coreOff = true
 	}
 	// For a daemon that restarts and destroys without Recover.
 	js, err = json.Marshal(saved{Pid: b.proc.Pid, Start: b.proc.Start, Socket: b.sock, Dir: b.dir})
@@ -326,6 +413,11 @@ func (d *Driver) lookup(op string, id sandbox.ID) (*box, bool, error) {
 	}
 	dir := d.dir(id)
 	b := &box{id: id, dir: dir, sock: filepath.Join(dir, "agent.sock"), proc: &backend.Proc{}}
+	if d.layout != nil && d.opts.Instance != "" {
+		if g, err := d.layout.Group(d.cgroupPath(id)); err == nil {
+			b.group = g
+		}
+	}
 	// An agent started before a restart: known by the record in its directory.
 	var s saved
 	if js, err := os.ReadFile(filepath.Join(dir, "agent.json")); err == nil && json.Unmarshal(js, &s) == nil && s.Pid > 0 {
@@ -369,6 +461,9 @@ func (d *Driver) Stop(ctx context.Context, id sandbox.ID, grace time.Duration) e
 // process group, and every process whose session is the agent's.
 func (d *Driver) kill(b *box) {
 	b.proc.Signal(unix.SIGKILL)
+	if b.group != nil {
+		b.group.Kill()
+	}
 	if b.proc.Pid > 0 {
 		for _, pid := range sessionMembers(b.proc.Pid, b.proc.Start) {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -453,6 +548,13 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 			errs = append(errs, fmt.Errorf("waiting for agent pid %d to exit: %w", b.proc.Pid, context.Cause(ctx)))
 		}
 	}
+	if b.group != nil {
+		if err := b.group.WaitEmpty(ctx); err != nil {
+			errs = append(errs, err)
+		} else if err := b.group.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
 	}
@@ -520,3 +622,28 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 }
 
 var _ backend.Lister = (*Driver)(nil)
+
+func oomFormat(g *cgroup.Group) string {
+	_, f := g.OOMFile()
+	return f
+}
+
+// Close implements backend.Closer: it removes this instance's own group in
+// each hierarchy when no sandbox is left in it.
+func (d *Driver) Close(ctx context.Context) error {
+	if d.layout == nil || d.opts.Instance == "" {
+		return nil
+	}
+	roots := []string{d.layout.V2}
+	for _, m := range d.layout.V1 {
+		roots = append(roots, m)
+	}
+	for _, r := range roots {
+		if r != "" {
+			os.Remove(filepath.Join(r, "sbx", d.opts.Instance)) // rmdir: only an empty group goes
+		}
+	}
+	return nil
+}
+
+var _ backend.Closer = (*Driver)(nil)

@@ -31,6 +31,7 @@ func openAt(t *testing.T, dataDir string) backend.Driver {
 	if err != nil {
 		t.Fatalf("Open = %v", err)
 	}
+	t.Cleanup(func() { d.(*Driver).Close(context.Background()) })
 	return d
 }
 
@@ -65,8 +66,19 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start = %v", err)
 	}
-	if inst.Applied.Sandbox || inst.Applied.Level != "none" || inst.Applied.Warning == "" || inst.Applied.Cgroup != "none" {
+	if inst.Applied.Sandbox || inst.Applied.Level != "none" || inst.Applied.Warning == "" {
 		t.Errorf("Applied = %+v, want not a sandbox, level none, a warning", inst.Applied)
+	}
+	// As root, its commands run in a group of their own with its limits.
+	if os.Geteuid() == 0 {
+		b, _ := d.(*Driver).boxes.Get(sp.ID)
+		if inst.Applied.Layers["cgroup"] != sandbox.Applied || b.group == nil {
+			t.Errorf("Applied = %+v: want the cgroup layer", inst.Applied)
+		} else if mem := b.group.Dir("memory"); mem != "" {
+			if v, _ := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes")); strings.TrimSpace(string(v)) != strconv.FormatInt(sp.MemoryBytes, 10) {
+				t.Errorf("the local sandbox's memory limit = %q, want %d", v, sp.MemoryBytes)
+			}
+		}
 	}
 	if inst.Applied.Layers["landlock"] != sandbox.Applied || inst.Applied.Layers["seccomp"] != sandbox.Applied ||
 		inst.Applied.LandlockABI < 1 || !strings.HasPrefix(inst.Applied.SeccompProfile, "default@") {
