@@ -44,6 +44,10 @@ type Config struct {
 	// a host user, /etc/subuid or another instance's is refused at start.
 	// Env SBX_UID_RANGE.
 	UIDRange string `toml:"uid_range"`
+	// SeccompProfilesDir holds the operator's seccomp profiles, a JSON file
+	// each (name, extends, rules), which policy.seccomp_profile may name.
+	// Env SBX_SECCOMP_PROFILES_DIR.
+	SeccompProfilesDir string `toml:"seccomp_profiles_dir"`
 	// QueueTimeout bounds a create's wait in the queue before a 503.
 	QueueTimeout time.Duration `toml:"queue_timeout"`
 	// OutputLimitBytes is the per-stream output an exec result keeps (head and tail).

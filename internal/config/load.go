@@ -155,6 +155,12 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			}
 		}
 	}
+	if v := getenv("SBX_SECCOMP_PROFILES_DIR"); v != "" {
+		c.SeccompProfilesDir = v
+	}
+	if v := getenv("SBX_SECCOMP_PROFILE"); v != "" {
+		c.Policy.SeccompProfile = v
+	}
 	if v := getenv("SBX_UID_RANGE"); v != "" {
 		c.UIDRange = v
 	}

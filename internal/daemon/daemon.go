@@ -60,6 +60,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, cfg.TOML())
 		return 0
 	}
+	if err := loadSeccompProfiles(cfg.SeccompProfilesDir, cfg.Policy.SeccompProfile); err != nil {
+		fmt.Fprintf(stderr, "sbx serve: config: %v\n", err)
+		return 2
+	}
 	if err := serve(ctx, cfg, newLogger(stderr, cfg.LogLevel), stdout); err != nil {
 		fmt.Fprintf(stderr, "sbx serve: %v\n", err)
 		return 1
