@@ -353,6 +353,8 @@ type Health struct {
 	Backends []BackendHealth `json:"backends"`
 	// Pool is the warm pool; absent when it is off.
 	Pool *PoolHealth `json:"pool,omitempty"`
+	// Quarantined are the sandboxes whose teardown failed and is retried.
+	Quarantined []string `json:"quarantined,omitempty"`
 }
 
 // PoolHealth is the warm pool: its target size and the sandboxes ready to be

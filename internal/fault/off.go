@@ -11,3 +11,6 @@ func Point(name string) {}
 // Missing reports no layer missing: this binary was built without the
 // sbxfault tag.
 func Missing(layer string) string { return "" }
+
+// Fail never fails: this binary was built without the sbxfault tag.
+func Fail(step string) error { return nil }

@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -38,4 +39,33 @@ func Missing(layer string) string {
 		}
 	}
 	return ""
+}
+
+// FailEnv makes the named steps fail a number of times: "teardown:3" (or
+// "teardown" for always), for the quarantine tests (SECURITY.md RL-05).
+const FailEnv = "SBX_FAULT_FAIL"
+
+var failMu sync.Mutex
+var failed = map[string]int{}
+
+// Fail returns an error the first times SBX_FAULT_FAIL names step, else nil.
+func Fail(step string) error {
+	for _, f := range strings.Split(os.Getenv(FailEnv), ",") {
+		name, n, _ := strings.Cut(strings.TrimSpace(f), ":")
+		if name != step {
+			continue
+		}
+		times := -1
+		if n != "" {
+			fmt.Sscan(n, &times)
+		}
+		failMu.Lock()
+		defer failMu.Unlock()
+		if times >= 0 && failed[step] >= times {
+			return nil
+		}
+		failed[step]++
+		return fmt.Errorf("%s failed by %s (a test build): %w", step, FailEnv, syscall.EBUSY)
+	}
+	return nil
 }

@@ -427,12 +427,15 @@ func TestDestroyFailureKeepsRecord(t *testing.T) {
 		t.Fatal("Delete with a failing Destroy succeeded")
 	}
 	got, err := e.m.Get(ctx, sb.ID)
-	if err != nil || got.State != sandbox.StateError || !strings.Contains(got.Error, "EBUSY") {
-		t.Errorf("Get after a failed teardown = %+v, %v; want state error naming the cause", got, err)
+	if err != nil || got.State != sandbox.StateQuarantined || !strings.Contains(got.Error, "EBUSY") {
+		t.Errorf("Get after a failed teardown = %+v, %v; want state quarantined naming the cause", got, err)
+	}
+	if q := e.m.Quarantined(ctx); len(q) != 1 || q[0] != sb.ID {
+		t.Errorf("Quarantined = %v, want [%s]", q, sb.ID)
 	}
 	_, err = e.m.Exec(ctx, sb.ID, sandbox.ExecRequest{Argv: []string{"true"}}, false, nil)
-	if !errors.Is(err, sandbox.ErrWrongState) || !strings.Contains(err.Error(), "error") {
-		t.Errorf("Exec on a sandbox in state error = %v, want ErrWrongState naming the state", err)
+	if !errors.Is(err, sandbox.ErrWrongState) || !strings.Contains(err.Error(), "quarantined") {
+		t.Errorf("Exec on a quarantined sandbox = %v, want ErrWrongState naming the state", err)
 	}
 	if err := e.m.Delete(ctx, sb.ID); err != nil {
 		t.Errorf("Delete retry = %v", err)

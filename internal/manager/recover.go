@@ -156,16 +156,16 @@ func (m *Manager) recountLimits(ctx context.Context) error {
 	return nil
 }
 
-// forget destroys sb and deletes its record; when Destroy fails the record stays,
-// in state error, for the next start.
+// forget destroys sb and deletes its record; when Destroy fails the record
+// stays, quarantined: retried (quarantine.go), its resources never reused.
 func (m *Manager) forget(ctx context.Context, d backend.Driver, sb sandbox.Sandbox, why string) {
 	log := m.log.With(logkey.SandboxID, sb.ID, logkey.Backend, sb.Backend)
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if err := d.Destroy(cctx, sb.ID); err != nil {
-		log.ErrorContext(cctx, "destroying sandbox at recovery failed; the record stays for a retry", "reason", why, logkey.Err, err)
+		log.ErrorContext(cctx, "destroying sandbox at recovery failed; quarantined, to be retried", "reason", why, logkey.Err, err)
 		m.store.UpdateSandbox(cctx, sb.ID, func(r *sandbox.Sandbox) error {
-			r.State = sandbox.StateError
+			r.State = sandbox.StateQuarantined
 			r.Error = "teardown failed: " + err.Error()
 			return nil
 		})

@@ -196,13 +196,17 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 		// goes (every state can be deleted), and the operator is told.
 		log.WarnContext(cctx, "deleting a sandbox whose backend is not configured; its host resources may remain")
 	} else if err := d.Destroy(cctx, id); err != nil {
-		log.ErrorContext(cctx, "destroying sandbox failed; the record stays for a retry", logkey.Err, err)
+		// Quarantined: kept, shown, retried (quarantine.go), its resources
+		// (uid range among them) never handed to another sandbox.
+		log.ErrorContext(cctx, "destroying sandbox failed; quarantined, to be retried", logkey.Err, err)
 		m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {
-			r.State = sandbox.StateError
+			r.State = sandbox.StateQuarantined
 			r.Error = "teardown failed: " + err.Error()
 			return nil
 		})
-		return &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("destroying sandbox: %w", err)}
+		m.auditAs(owner, id, "quarantine", "", err.Error(), nil)
+		return &sandbox.Error{Op: op, ID: id, Err: &RetryError{
+			Err: fmt.Errorf("%w: destroying sandbox: %v; it is quarantined and its teardown is retried", sandbox.ErrUnavailable, err), After: quarantineRetry}}
 	}
 	err = m.store.DeleteSandbox(cctx, id)
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) {

@@ -32,6 +32,7 @@ func (m *Manager) startReaper() {
 	}
 	m.reaperStarted = true
 	m.reaper.Go(m.reap)
+	m.reaper.Go(m.retryQuarantined)
 }
 
 func (m *Manager) reap() {

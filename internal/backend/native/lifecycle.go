@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/backend"
+	"sbx/internal/fault"
 	"sbx/internal/sandbox"
 )
 
@@ -128,6 +129,9 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("waiting for init pid %d to exit: %w", b.proc.Pid, context.Cause(ctx)))
 		}
+	}
+	if err := fault.Fail("teardown"); err != nil {
+		return err // the box stays known, so a retry can finish the job
 	}
 	if b.group != nil {
 		if err := b.group.Remove(ctx); err != nil {

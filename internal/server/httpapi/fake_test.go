@@ -81,6 +81,8 @@ func (f *fakeService) Health(ctx context.Context) []manager.BackendHealth {
 
 func (f *fakeService) Pool() manager.PoolStatus { return manager.PoolStatus{Size: 2, Ready: 1} }
 
+func (f *fakeService) Quarantined(context.Context) []sandbox.ID { return nil }
+
 func (f *fakeService) lookup(op string, id sandbox.ID) (sandbox.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -43,6 +43,7 @@ type service interface {
 	Authenticate(ctx context.Context, token string) (manager.Key, error)
 	Health(ctx context.Context) []manager.BackendHealth
 	Pool() manager.PoolStatus
+	Quarantined(ctx context.Context) []sandbox.ID
 
 	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
 	CreateIdempotent(ctx context.Context, req sandbox.CreateRequest, key string) (sandbox.Sandbox, bool, error)

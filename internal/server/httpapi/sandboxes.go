@@ -202,6 +202,9 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	if p := s.m.Pool(); p.Size > 0 {
 		out.Pool = &openapi.PoolHealth{Size: p.Size, Ready: p.Ready}
 	}
+	for _, id := range s.m.Quarantined(r.Context()) {
+		out.Quarantined = append(out.Quarantined, string(id))
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	return writeJSON(w, http.StatusOK, out)
 }
