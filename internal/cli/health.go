@@ -36,6 +36,9 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 		if h.Pool != nil {
 			fmt.Fprintf(e.stdout, "warm pool: %d of %d ready\n", h.Pool.Ready, h.Pool.Size)
 		}
+		if len(h.Quarantined) > 0 {
+			fmt.Fprintf(e.stdout, "quarantined (teardown failed, retried): %s\n", strings.Join(h.Quarantined, " "))
+		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BACKEND\tAVAILABLE\tPRIMARY\tLEVEL\tSANDBOX\tREASONS")
 		for _, b := range h.Backends {
