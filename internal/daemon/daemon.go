@@ -19,6 +19,7 @@ import (
 	"sbx/internal/backend"
 	"sbx/internal/backend/builtin"
 	"sbx/internal/config"
+	"sbx/internal/fault"
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/server/httpapi"
@@ -123,6 +124,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		Unopened:             unopened,
 		Policy:               cfg.Policy,
 		Log:                  base,
+		Now:                  fault.Wall,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		PoolSize:             cfg.PoolSize,
 		QueueTimeout:         cfg.QueueTimeout,

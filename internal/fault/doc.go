@@ -15,7 +15,10 @@
 //	agent   the agent serves; the store still says creating
 //	commit  the store says running; the caller has no answer yet
 //
-// Package fault imports nothing of sbx, and reads nothing but SBX_FAULT.
+// Beside the points: Missing fakes a missing isolation layer (SBX_FAULT_MISSING),
+// Fail fails a step (SBX_FAULT_FAIL) and Wall moves the wall clock
+// (SBX_FAULT_WALL). Package fault imports nothing of sbx, and reads nothing
+// but those variables and the file SBX_FAULT_WALL names.
 package fault
 
 // Env is the environment variable naming the point to crash at.

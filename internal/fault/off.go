@@ -2,6 +2,8 @@
 
 package fault
 
+import "time"
+
 // Enabled reports whether this binary was built with the sbxfault tag.
 const Enabled = false
 
@@ -14,3 +16,6 @@ func Missing(layer string) string { return "" }
 
 // Fail never fails: this binary was built without the sbxfault tag.
 func Fail(step string) error { return nil }
+
+// Wall is time.Now: this binary was built without the sbxfault tag.
+func Wall() time.Time { return time.Now() }

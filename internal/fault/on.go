@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Enabled reports whether this binary was built with the sbxfault tag.
@@ -68,4 +69,30 @@ func Fail(step string) error {
 		return fmt.Errorf("%s failed by %s (a test build): %w", step, FailEnv, syscall.EBUSY)
 	}
 	return nil
+}
+
+// WallEnv names a file holding a duration ("1h", "-30m") by which this build's
+// daemon moves its wall clock, read at every reading: the tests jump the
+// daemon's wall clock without touching the host's (SECURITY.md RL-07).
+const WallEnv = "SBX_FAULT_WALL"
+
+// Wall is time.Now moved by the duration in SBX_FAULT_WALL's file (none when
+// the variable is unset, the file is missing or does not parse). The monotonic
+// reading is stripped, so the result compares on the wall clock alone, as a
+// jumped clock's reading would.
+func Wall() time.Time {
+	now := time.Now()
+	path := os.Getenv(WallEnv)
+	if path == "" {
+		return now
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return now
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(string(b)))
+	if err != nil {
+		return now
+	}
+	return now.Round(0).Add(d)
 }

@@ -161,8 +161,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	}
 	fault.Point(fault.Agent)
 
-	now = m.now()
-	deadline := now.Add(spec.TTL)
+	deadline := m.now().Add(spec.TTL)
 	sb, err := m.commitCreate(ctx, id, func(r *sandbox.Sandbox) error {
 		r.State = sandbox.StateRunning
 		r.Saved = inst.Saved
@@ -174,7 +173,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 		return sandbox.Sandbox{}, fmt.Errorf("recording start: %w", err)
 	}
 	fault.Point(fault.Commit)
-	m.adopt(id, nd.Name, client, deadline)
+	m.adopt(id, nd.Name, client, spec.TTL)
 	sb.Spec.Env = spec.Env
 	log.InfoContext(ctx, "sandbox created", logkey.Duration, time.Since(began), "level", inst.Applied.Level)
 	return sb, nil
@@ -222,12 +221,12 @@ func missingLayers(required []string, applied sandbox.Isolation) []string {
 
 // adopt makes a running sandbox reachable, schedules its expiry and watches its
 // agent (watch.go).
-func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.Client, deadline time.Time) {
+func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.Client, left time.Duration) {
 	m.mu.Lock()
 	if old := m.live[id]; old != nil {
 		old.client.Close()
 	}
-	m.live[id] = &liveSandbox{client: client, backend: backendName, deadline: deadline}
+	m.live[id] = &liveSandbox{client: client, backend: backendName, due: m.elapsed() + left}
 	m.mu.Unlock()
 	m.nudge()
 	m.watch(id, backendName, client)

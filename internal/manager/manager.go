@@ -40,8 +40,15 @@ type Options struct {
 	// QueueTimeout bounds the wait in the queue before ErrUnavailable (503).
 	// 0 means DefaultQueueTimeout.
 	QueueTimeout time.Duration
-	// Now is the clock; nil means time.Now.
+	// Now is the wall clock: created_at, expires_at and every time the store
+	// keeps; nil means time.Now.
 	Now func() time.Time
+	// Elapsed is the monotonic clock the running TTL timers use: how long the
+	// process has been up; nil means the time since New by the monotonic
+	// reading. Only the time left crosses from the wall clock to this one (at
+	// create, PATCH and re-adoption), so a jump of the wall clock expires
+	// nothing.
+	Elapsed func() time.Duration
 	// Unopened are configured drivers that failed to open: Health reports them
 	// unavailable with the reason, and their sandboxes wait in
 	// recovery_required for a start where they open.
@@ -93,6 +100,7 @@ type Manager struct {
 	policy       sandbox.Policy
 	log          *slog.Logger
 	now          func() time.Time
+	elapsed      func() time.Duration
 	slots        chan struct{} // create admission: one token per create in flight
 	keys         keyCache
 	queueTimeout time.Duration
@@ -147,10 +155,10 @@ type Manager struct {
 type liveSandbox struct {
 	client  *agentclient.Client
 	backend string
-	// deadline is when the sandbox expires. Built from the clock's now plus the
-	// time left, so with time.Now it carries a monotonic reading and a jump of
-	// the wall clock does not make it expire.
-	deadline time.Time
+	// due is when the sandbox expires on the monotonic clock (Elapsed): its
+	// reading when the time left was measured plus that time, so a jump of the
+	// wall clock does not make it expire.
+	due time.Duration
 	// lost says why the agent was lost (watch.go); empty while it serves.
 	// Guarded by Manager.mu.
 	lost string
@@ -189,6 +197,11 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if now == nil {
 		now = time.Now
 	}
+	elapsed := opts.Elapsed
+	if elapsed == nil {
+		began := time.Now()
+		elapsed = func() time.Duration { return time.Since(began) }
+	}
 	lifetime, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	m := &Manager{
 		store:        opts.Store,
@@ -197,6 +210,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		policy:       opts.Policy,
 		log:          log.With(logkey.Component, "manager"),
 		now:          now,
+		elapsed:      elapsed,
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
 		beat:         cmp.Or(opts.Heartbeat, DefaultHeartbeat),

@@ -16,10 +16,25 @@ import (
 	"sbx/internal/store"
 )
 
-// clock is an injected wall clock the tests advance by hand.
+// clock is an injected pair of clocks the tests move by hand: the wall
+// clock and the monotonic one. Advance moves both, as time passing does;
+// Jump moves the wall clock alone, as an operator or NTP step does.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu      sync.Mutex
+	t       time.Time
+	elapsed time.Duration
+}
+
+func (c *clock) Elapsed() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.elapsed
+}
+
+func (c *clock) Jump(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 func (c *clock) Now() time.Time {
@@ -31,6 +46,7 @@ func (c *clock) Now() time.Time {
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
+	c.elapsed += d
 	c.mu.Unlock()
 }
 
@@ -69,6 +85,7 @@ func newEnv(t *testing.T, tweak func(*Options), names ...string) *env {
 	e.opts.Policy = sandbox.DefaultPolicy()
 	e.opts.Log = testLog(t)
 	e.opts.Now = e.clock.Now
+	e.opts.Elapsed = e.clock.Elapsed
 	if tweak != nil {
 		tweak(&e.opts)
 	}
@@ -322,6 +339,50 @@ func TestTTLExpiry(t *testing.T) {
 		t.Errorf("Destroy of the expired sandbox called %d times, want 1", n)
 	}
 	if _, err := e.m.Get(t.Context(), keep.ID); err != nil {
+		t.Errorf("Get(sandbox with 1h TTL) = %v", err)
+	}
+}
+
+// RL-07: the wall clock jumping an hour either way expires nothing; time
+// passing on the monotonic clock still does.
+func TestTTLWallClockJump(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	sb := e.create(t, sandbox.CreateRequest{Timeout: 10 * time.Second})
+	keep := e.create(t, sandbox.CreateRequest{Timeout: time.Hour})
+	for _, jump := range []time.Duration{time.Hour, -2 * time.Hour, time.Hour} {
+		e.clock.Jump(jump)
+		if next, ok := e.m.expireDue(ctx); !ok || next != 10*time.Second {
+			t.Errorf("after a %s jump the reaper's next due time = %s, %v; want 10s, true", jump, next, ok)
+		}
+		for _, id := range []sandbox.ID{sb.ID, keep.ID} {
+			if _, err := e.m.Get(ctx, id); err != nil {
+				t.Fatalf("Get(%s) after a %s wall-clock jump = %v; want it kept", id, jump, err)
+			}
+		}
+	}
+	// A PATCH during a jump: expires_at is on the wall clock as it reads
+	// now; the time left is what the caller asked for.
+	e.clock.Jump(time.Hour)
+	ttl := 20 * time.Second
+	upd, err := e.m.Update(ctx, sb.ID, Update{Timeout: &ttl})
+	if err != nil {
+		t.Fatalf("Update = %v", err)
+	}
+	if want := e.clock.Now().Add(ttl); !upd.ExpiresAt.Equal(want) {
+		t.Errorf("expires_at after PATCH = %v, want %v", upd.ExpiresAt, want)
+	}
+	e.clock.Advance(19 * time.Second)
+	e.m.expireDue(ctx)
+	if _, err := e.m.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("Get 19 s into a 20 s TTL = %v", err)
+	}
+	e.clock.Advance(time.Second)
+	e.m.expireDue(ctx)
+	if _, err := e.m.Get(ctx, sb.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Get after the TTL ran out on the monotonic clock = %v, want not found", err)
+	}
+	if _, err := e.m.Get(ctx, keep.ID); err != nil {
 		t.Errorf("Get(sandbox with 1h TTL) = %v", err)
 	}
 }

@@ -93,7 +93,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 		m.discardWarm(ctx, w)
 		return sandbox.Sandbox{}, false
 	}
-	m.adopt(w.id, nd.Name, w.client, deadline)
+	m.adopt(w.id, nd.Name, w.client, spec.TTL)
 	log.InfoContext(ctx, "sandbox created from the warm pool", "level", sb.Isolation.Level)
 	return sb, true
 }

@@ -118,7 +118,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 			inst.Applied.Backend = sb.Backend
 		}
 		// Monotonic from here on: the time left, measured once on the wall clock.
-		deadline := now.Add(sb.ExpiresAt.Sub(now))
+		left := sb.ExpiresAt.Sub(now)
 		if _, err := m.store.UpdateSandbox(ctx, sb.ID, func(r *sandbox.Sandbox) error {
 			r.State = sandbox.StateRunning
 			r.Error = ""
@@ -131,7 +131,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 			log.ErrorContext(ctx, "recording a recovered sandbox", logkey.Err, err)
 			return
 		}
-		m.adopt(sb.ID, sb.Backend, agentclient.New(sb.ID, inst.Dial), deadline)
+		m.adopt(sb.ID, sb.Backend, agentclient.New(sb.ID, inst.Dial), left)
 		log.InfoContext(ctx, "sandbox re-adopted")
 	default:
 		log.WarnContext(ctx, "unknown sandbox state in the store; leaving it", "state", sb.State)

@@ -117,7 +117,7 @@ func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (_ sandbo
 	if u.Timeout != nil {
 		m.mu.Lock()
 		if l := m.live[id]; l != nil {
-			l.deadline = deadline
+			l.due = m.elapsed() + *u.Timeout
 		}
 		m.mu.Unlock()
 		m.nudge()

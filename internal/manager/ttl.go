@@ -1,5 +1,7 @@
-// This file implements TTL expiry: the deadline persisted is absolute (expires_at);
-// the reaper sleeps until the earliest one and deletes what has expired.
+// This file implements TTL expiry. The deadline persisted is absolute
+// (expires_at, on the wall clock); the running one is the time left on the
+// monotonic clock. The reaper sleeps until the earliest and deletes what has
+// expired.
 
 package manager
 
@@ -38,10 +40,10 @@ func (m *Manager) startReaper() {
 func (m *Manager) reap() {
 	ctx := m.lifetime
 	for {
-		next := m.expireDue(ctx)
+		next, ok := m.expireDue(ctx)
 		sleep := maxReaperSleep
-		if !next.IsZero() {
-			sleep = min(max(next.Sub(m.now()), 0), maxReaperSleep)
+		if ok {
+			sleep = min(max(next-m.elapsed(), 0), maxReaperSleep)
 		}
 		t := time.NewTimer(sleep)
 		select {
@@ -55,19 +57,18 @@ func (m *Manager) reap() {
 	}
 }
 
-// expireDue deletes the sandboxes whose deadline has passed and returns the
-// earliest deadline still ahead (zero when none).
-func (m *Manager) expireDue(ctx context.Context) time.Time {
-	now := m.now()
+// expireDue deletes the sandboxes whose time is up and returns the earliest
+// due time still ahead on the monotonic clock (ok false when none).
+func (m *Manager) expireDue(ctx context.Context) (next time.Duration, ok bool) {
+	now := m.elapsed()
 	var due []sandbox.ID
-	var next time.Time
 	m.mu.Lock()
 	for id, l := range m.live {
 		switch {
-		case !now.Before(l.deadline):
+		case now >= l.due:
 			due = append(due, id)
-		case next.IsZero() || l.deadline.Before(next):
-			next = l.deadline
+		case !ok || l.due < next:
+			next, ok = l.due, true
 		}
 	}
 	m.mu.Unlock()
@@ -80,5 +81,5 @@ func (m *Manager) expireDue(ctx context.Context) time.Time {
 			m.log.WarnContext(ctx, "deleting an expired sandbox", logkey.SandboxID, id, logkey.Err, err)
 		}
 	}
-	return next
+	return next, ok
 }

@@ -170,3 +170,68 @@ func TestTTLAcrossRestart(t *testing.T) {
 		t.Errorf("control: the 600 s sandbox after the restart = %d %s", st, b)
 	}
 }
+
+// RL-07: the daemon's wall clock jumps an hour ahead (injected through the
+// sbxfault build; the host's clock is never touched) and expires nothing;
+// the TTL still runs out on time. The controls show the jump took: a PATCH
+// and a create made after it carry the moved wall clock.
+func TestTTLWallClockJump(t *testing.T) {
+	bin := faultBinary(t)
+	dir := t.TempDir()
+	wall := filepath.Join(t.TempDir(), "wall")
+	if err := os.WriteFile(wall, []byte("0s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonBin(t, bin, dir, "SBX_POOL_SIZE=0", "SBX_FAULT_WALL="+wall)
+	defer d.cleanup()
+	type times struct {
+		CreatedAt time.Time `json:"created_at"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	get := func(id string) (int, times) {
+		st, b := d.api("GET", "/v1/sandboxes/"+id, nil)
+		var v times
+		json.Unmarshal(b, &v)
+		return st, v
+	}
+	began := time.Now()
+	short := d.create(map[string]any{"timeout": 8})
+	keep := d.create(map[string]any{"timeout": 600})
+	_, before := get(short)
+
+	if err := os.WriteFile(wall, []byte("1h"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The PATCH wakes the reaper under the moved clock, and shows the move.
+	st, b := d.api("PATCH", "/v1/sandboxes/"+keep, map[string]any{"timeout": 600})
+	var patched times
+	json.Unmarshal(b, &patched)
+	if st != 200 || patched.ExpiresAt.Sub(time.Now()) < time.Hour {
+		t.Fatalf("control: PATCH under a +1h wall clock = %d, expires_at %s; want about an hour and 600 s ahead", st, patched.ExpiresAt)
+	}
+	later := d.create(map[string]any{"timeout": 600})
+	if _, v := get(later); v.CreatedAt.Sub(time.Now()) < 59*time.Minute {
+		t.Fatalf("control: a sandbox created under a +1h wall clock has created_at %s (host now %s)", v.CreatedAt, time.Now())
+	}
+	time.Sleep(2 * time.Second)
+	if st, v := get(short); st != 200 || !v.ExpiresAt.Equal(before.ExpiresAt) {
+		t.Fatalf("an 8 s sandbox 2 s after a +1h wall-clock jump = %d (expires_at %s, was %s); want it kept as it was", st, v.ExpiresAt, before.ExpiresAt)
+	}
+	if res := d.sh(short, "echo alive"); res.Stdout != "alive\n" {
+		t.Errorf("exec in the 8 s sandbox after the jump = %+v", res)
+	}
+	// Time passing still counts: the 8 s sandbox goes at its time.
+	if !waitUntil(30*time.Second, func() bool { st, _ := get(short); return st == 404 }) {
+		t.Fatalf("the 8 s sandbox still there 30 s after its create")
+	}
+	took := time.Since(began)
+	t.Logf("an 8 s sandbox, the wall clock jumped +1h at about 0.5 s, went %s after its create", took.Round(10*time.Millisecond))
+	if took < 7*time.Second {
+		t.Errorf("the 8 s sandbox went after %s: the jump shortened its TTL", took)
+	}
+	for _, id := range []string{keep, later} {
+		if st, _ := get(id); st != 200 {
+			t.Errorf("the 600 s sandbox %s after the jump = %d", id, st)
+		}
+	}
+}
