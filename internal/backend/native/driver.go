@@ -106,6 +106,13 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if d.pool, err = quota.Open(opts.DataDir, poolBytes(opts.DataDir)); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
+	d.pool.OnTrim = func(n uint64, err error) {
+		if err != nil {
+			d.log.Warn("giving the disk pool's free space back", logkey.Err, err)
+			return
+		}
+		d.log.Info("disk pool trimmed", "bytes", n)
+	}
 	for _, name := range d.skel.RealDirs {
 		d.lowers = append(d.lowers, "/"+name)
 	}

@@ -140,6 +140,8 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
+	} else if filepath.Dir(b.dir) == d.pool.Dir() {
+		d.pool.Released()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err // the box stays known, so a retry can finish the job
@@ -254,6 +256,7 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 // each hierarchy, and unmounts the disk quota pool, when no sandbox is left.
 // Running sandboxes keep theirs.
 func (d *Driver) Close(ctx context.Context) error {
+	d.pool.StopTrimming()
 	if d.pool.Empty() {
 		if err := d.pool.Close(); err != nil {
 			d.log.Warn("unmounting the disk quota pool", "err", err)

@@ -3,7 +3,8 @@
 //
 // The filesystem is a sparse image in the data dir, made once with
 // mkfs.btrfs, attached to a loop device that detaches itself once unmounted
-// (LO_FLAGS_AUTOCLEAR), mounted nosuid,nodev, with quotas enabled. Each
+// (LO_FLAGS_AUTOCLEAR), mounted nosuid,nodev,discard=async, with quotas
+// enabled, and trimmed after sandboxes are deleted (DefaultTrimAfter). Each
 // sandbox's directory (its overlays' upper and work directories and its
 // workspace) is a subvolume of its own whose quota group is limited to the
 // sandbox's disk_mb: data and metadata both count, so a million empty files
@@ -28,6 +29,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +41,11 @@ const (
 	iocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
 	iocQuotaCtl     = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
 	iocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
+	iocSync         = 0x00009408 // _IO(0x94, 8): commit, then wake the cleaner
+	iocSubvolSync   = 0x40109441 // _IOW(0x94, 65, struct btrfs_ioctl_subvol_wait), Linux 6.9
+	iocFITRIM       = 0xc0185879 // _IOWR('X', 121, struct fstrim_range)
+
+	subvolSyncCount = 2 // BTRFS_SUBVOL_SYNC_COUNT: deleted subvolumes not yet cleaned
 
 	quotaCtlEnable = 1
 	limitMaxRfer   = 1 // BTRFS_QGROUP_LIMIT_MAX_RFER
@@ -62,9 +70,50 @@ type qgroupLimitArgs struct {
 	RsvExcl  uint64
 }
 
+// DefaultTrimAfter is how long after a sandbox directory is removed the pool
+// starts giving the space it freed back to the host (more removals in that
+// time join the same trim).
+//
+// btrfs drops a deleted subvolume's trees in its cleaner thread, after a
+// transaction commit, and its asynchronous discard misses much of what the
+// cleaner frees: 1000 create/write/delete cycles left the image 100 MB larger
+// with 176 KiB of metadata in use. So the trimmer commits, waits until the
+// cleaner has no deleted subvolume left, relocates the metadata block groups
+// the drops left nearly empty (a filtered balance: FITRIM alone leaves their
+// stale 16 KiB nodes in the image), commits again and trims: FITRIM makes the
+// loop device punch holes in the sparse image. That took the image above back
+// below its size after mkfs, in about 20 ms.
+const DefaultTrimAfter = 5 * time.Second
+
+// cleanerPoll is how often the trimmer asks whether the cleaner is done.
+const cleanerPoll = 250 * time.Millisecond
+
+type subvolWait struct {
+	ID    uint64
+	Mode  uint32
+	Count uint32
+}
+
 // Pool is the quota filesystem of one data dir.
 type Pool struct {
 	img, mnt string
+	// OnTrim, when set before the first Released, hears each trim's outcome:
+	// the bytes given back to the host, or why not.
+	OnTrim func(trimmed uint64, err error)
+	// TrimAfter is the wait between a release and its trim (Open sets
+	// DefaultTrimAfter); set it before the first Released.
+	TrimAfter time.Duration
+
+	mu       sync.Mutex
+	pending  bool // guarded by mu: a release since the trimmer's sleep began
+	trimming bool // guarded by mu: the trimmer runs
+	stopped  bool // guarded by mu
+	stop     chan struct{}
+	trimmer  sync.WaitGroup
+}
+
+type fstrimRange struct {
+	Start, Len, MinLen uint64
 }
 
 // Tools reports whether this host can make a pool, and why not.
@@ -83,7 +132,7 @@ func Tools() error {
 // a new image is sizeBytes large (sparse: it takes host space only as
 // sandboxes write).
 func Open(dir string, sizeBytes int64) (*Pool, error) {
-	p := &Pool{img: filepath.Join(dir, "disk.img"), mnt: filepath.Join(dir, "disk")}
+	p := &Pool{img: filepath.Join(dir, "disk.img"), mnt: filepath.Join(dir, "disk"), stop: make(chan struct{}), TrimAfter: DefaultTrimAfter}
 	if err := os.MkdirAll(p.mnt, 0o711); err != nil {
 		return nil, fmt.Errorf("disk quota: %w", err)
 	}
@@ -180,7 +229,10 @@ func mountImage(img, mnt string) error {
 			loop.Close()
 			return fmt.Errorf("disk quota: attaching %s to %s: %w", img, dev, err)
 		}
-		err = unix.Mount(dev, mnt, "btrfs", unix.MS_NOSUID|unix.MS_NODEV, "")
+		// discard=async (the default where the device can discard, named
+		// so it holds everywhere): freed extents go back to the host as
+		// sandboxes delete files; the trimmer gives back what it misses.
+		err = unix.Mount(dev, mnt, "btrfs", unix.MS_NOSUID|unix.MS_NODEV, "discard=async")
 		loop.Close() // the mount holds it now; without one it detaches
 		if err != nil {
 			return fmt.Errorf("disk quota: mounting %s on %s (btrfs; is the kernel's btrfs there? modprobe btrfs): %w", dev, mnt, err)
@@ -253,9 +305,128 @@ func (p *Pool) Empty() bool {
 	return err == nil && len(ents) == 0
 }
 
-// Close unmounts the pool, which detaches its loop device. Sandboxes must
-// be gone first: a busy mount stays, and Close says so.
+// Released tells the pool a sandbox directory was removed: TrimAfter later,
+// and again while removals go on, the pool's free space goes back to the host.
+func (p *Pool) Released() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending = true
+	if p.trimming || p.stopped {
+		return
+	}
+	p.trimming = true
+	p.trimmer.Go(p.trimLoop)
+}
+
+// trimLoop trims TrimAfter after a release, and again after each sleep that
+// saw another, so the last removal is always followed by a full wait and a
+// trim.
+func (p *Pool) trimLoop() {
+	for {
+		p.mu.Lock()
+		p.pending = false
+		p.mu.Unlock()
+		t := time.NewTimer(p.TrimAfter)
+		select {
+		case <-p.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !p.awaitCleaner() {
+			return
+		}
+		n, err := p.compact()
+		if err == nil {
+			n, err = p.Trim()
+		}
+		if p.OnTrim != nil {
+			p.OnTrim(n, err)
+		}
+		p.mu.Lock()
+		if !p.pending {
+			p.trimming = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
+
+// awaitCleaner commits and wakes btrfs's cleaner (BTRFS_IOC_SYNC; a plain
+// syncfs leaves it asleep until the next periodic commit), waits until it has
+// dropped every deleted subvolume (where the kernel can say: Linux 6.9 on),
+// and commits again. It returns false when the trimmer is stopped meanwhile.
+func (p *Pool) awaitCleaner() bool {
+	fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true // Trim reports it
+	}
+	defer unix.Close(fd)
+	ioctl(fd, iocSync, nil)
+	for {
+		args := subvolWait{Mode: subvolSyncCount}
+		if err := ioctl(fd, iocSubvolSync, unsafe.Pointer(&args)); err != nil || args.Count == 0 {
+			break // done, or a kernel that cannot tell: trim what is free now
+		}
+		t := time.NewTimer(cleanerPoll)
+		select {
+		case <-p.stop:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	ioctl(fd, iocSync, nil)
+	return true
+}
+
+// compact relocates the metadata block groups at most 10% full, so
+// the space between their few live nodes becomes free space FITRIM can
+// give back, and commits.
+func (p *Pool) compact() (uint64, error) {
+	out, err := exec.Command("btrfs", "-q", "balance", "start", "-musage=10", p.mnt).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("disk quota: compacting the metadata of %s: btrfs balance: %v: %s", p.mnt, err, strings.TrimSpace(string(out)))
+	}
+	if fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		ioctl(fd, iocSync, nil)
+		unix.Close(fd)
+	}
+	return 0, nil
+}
+
+// Trim gives the pool's free space back to the host (FITRIM: the loop device
+// punches holes in the sparse image) and returns how many bytes it trimmed.
+func (p *Pool) Trim() (uint64, error) {
+	fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("disk quota: %w", err)
+	}
+	defer unix.Close(fd)
+	r := fstrimRange{Len: ^uint64(0)}
+	if err := ioctl(fd, iocFITRIM, unsafe.Pointer(&r)); err != nil {
+		return 0, fmt.Errorf("disk quota: trimming %s: %w", p.mnt, err)
+	}
+	return r.Len, nil
+}
+
+// StopTrimming ends the trimmer; a pending trim is dropped (the next
+// daemon's first release brings it back).
+func (p *Pool) StopTrimming() {
+	p.mu.Lock()
+	if !p.stopped {
+		p.stopped = true
+		close(p.stop)
+	}
+	p.mu.Unlock()
+	p.trimmer.Wait()
+}
+
+// Close stops the trimmer and unmounts the pool, which detaches its loop
+// device. Sandboxes must be gone first: a busy mount stays, and Close says so.
 func (p *Pool) Close() error {
+	p.StopTrimming()
 	if err := unix.Unmount(p.mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("disk quota: unmounting %s: %w", p.mnt, err)
 	}

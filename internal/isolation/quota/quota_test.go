@@ -186,3 +186,65 @@ func BenchmarkCreate(b *testing.B) {
 		}
 	}
 }
+
+// imageUse is the host space the pool's image takes.
+func imageUse(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "disk.img"), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// A removed directory's space goes back to the host: Released trims the
+// pool after TrimAfter. (btrfs's own asynchronous discard would give some of
+// it back too, minutes later: the control shows it has not yet.)
+func TestTrim(t *testing.T) {
+	p, dir := open(t)
+	empty := imageUse(t, dir)
+	a, err := p.Create("a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(a, "x"), 32); err != nil {
+		t.Fatal(err)
+	}
+	full := imageUse(t, dir)
+	if full-empty < 30<<20 {
+		t.Fatalf("the image grew %d KiB for 32 MiB written", (full-empty)>>10)
+	}
+	trimmed := make(chan error, 4)
+	p.TrimAfter = 50 * time.Millisecond
+	p.OnTrim = func(n uint64, err error) { trimmed <- err }
+	if err := os.RemoveAll(a); err != nil {
+		t.Fatal(err)
+	}
+	// The commit that frees the extents; without it they stay pinned.
+	if fd, err := unix.Open(p.Dir(), unix.O_RDONLY, 0); err == nil {
+		unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	if got := imageUse(t, dir); got-empty < 30<<20 {
+		t.Fatalf("control: the image gave back its space before any trim (%d KiB over empty)", (got-empty)>>10)
+	}
+	p.Released()
+	select {
+	case err := <-trimmed:
+		if err != nil {
+			t.Fatalf("trim: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no trim 30 s after a release")
+	}
+	if got := imageUse(t, dir); got-empty > 4<<20 {
+		t.Errorf("after the trim the image holds %d KiB over its empty size, want < 4 MiB", (got-empty)>>10)
+	}
+	p.StopTrimming()
+	p.Released() // after the stop: no trimmer starts
+	select {
+	case <-trimmed:
+		t.Error("a trim ran after StopTrimming")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
