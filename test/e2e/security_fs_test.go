@@ -447,11 +447,18 @@ func fs04Control(r *run) error {
 }
 
 func fs04Attack(r *run) error {
-	id := r.a()
 	dur := 10 * time.Second
 	if soak() {
 		dur = 60 * time.Second
 	}
+	return raceExchange(r, "FS-04", dur)
+}
+
+// raceExchange runs the RENAME_EXCHANGE racer fs04Setup planted in the first
+// sandbox for dur while two clients upload to and download from the racing
+// path, and checks the race was met from both sides (CVE-2021-30465 class).
+func raceExchange(r *run, row string, dur time.Duration) error {
+	id := r.a()
 	bg := r.exec(id, map[string]any{"command": fmt.Sprintf("python3 race.py %d", int(dur.Seconds())), "background": true, "timeout": int(dur.Seconds()) + 120})
 	if bg.ProcessID == "" {
 		return fmt.Errorf("starting the racer: %+v", bg)
@@ -475,7 +482,7 @@ func fs04Attack(r *run) error {
 				calls.Add(1)
 				switch {
 				case st >= 500:
-					r.breach("FS-04: a call during the race = %d %.200s", st, b)
+					r.breach("%s: a call during the race = %d %.200s", row, st, b)
 				case st >= 200 && st < 300:
 					ok.Add(1)
 				default:

@@ -134,6 +134,8 @@ var catalogue = []entry{
 		control: pv11Control, attackProbe: pv11Attack},
 	{id: "PV-12", attack: "devices: kvm, mem, block, tun, fuse, dri; mknod", backends: nativeOnly,
 		setup: pv12Setup, control: pv12Control, attackProbe: pv12Attack},
+	{id: "PV-13", attack: "exploit corpus: CVE-2019-5736, 2024-21626, 2022-0492, 2021-30465, 2022-0847", backends: nativeOnly,
+		setup: pv13Setup, control: pv13Control, attackProbe: pv13Attack, evidence: pv13Evidence},
 
 	{id: "RS-01", attack: "fork bomb under a pids limit of 64; a sibling and health meanwhile", backends: nativeOnly,
 		setup: rs01Setup, control: rs01Control, attackProbe: rs01Attack},
