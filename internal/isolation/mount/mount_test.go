@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -133,5 +134,115 @@ func TestErrorText(t *testing.T) {
 	}
 	if err := mountOverlay(Overlay{Lower: []string{"/a:b"}, Upper: "/u", Work: "/w"}, "/t"); err == nil {
 		t.Errorf("mountOverlay with ':' in a layer path succeeded")
+	}
+}
+
+// inMountNS runs f on a thread of its own in a new private mount namespace;
+// the thread is thrown away after, so nothing f mounts reaches the host or
+// another test.
+func inMountNS(t *testing.T, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+			done <- err
+			return
+		}
+		if err := MakePrivate(); err != nil {
+			done <- err
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// FS-12 at the mount layer: a hostile root (a template's) with /dev, /proc,
+// /tmp, /workspace or /etc as links out, or a planted /dev/null leading to
+// core_pattern and a pre-filled /proc. Assemble refuses the links, naming
+// them, and masks /proc with the host's /dev/null, not the planted node; the
+// host's /proc/sys/kernel/core_pattern and /dev stay as they were.
+func TestAssembleHostileRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	core, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostDev, _ := os.ReadDir("/dev")
+	base := func(t *testing.T) (string, Plan) {
+		d := t.TempDir()
+		for _, sub := range []string{"lower", "upper", "work", "root", "ws"} {
+			os.Mkdir(filepath.Join(d, sub), 0o755)
+		}
+		for _, sub := range []string{"dev", "proc", "tmp", "workspace", "etc", "usr"} {
+			os.Mkdir(filepath.Join(d, "lower", sub), 0o755)
+		}
+		return filepath.Join(d, "lower"), Plan{
+			Root:      filepath.Join(d, "root"),
+			RootLayer: Overlay{Lower: []string{filepath.Join(d, "lower")}, Upper: filepath.Join(d, "upper"), Work: filepath.Join(d, "work")},
+			Binds:     []Bind{{Source: filepath.Join(d, "ws"), Target: "/workspace"}},
+		}
+	}
+	for _, tc := range []struct {
+		name, path, link string
+		overlayEtc       bool
+	}{
+		{"dev to proc sys", "dev", "/proc/sys/kernel", false},
+		{"proc to etc", "proc", "/etc", false},
+		{"tmp to root", "tmp", "/", false},
+		{"workspace climbing out", "workspace", "../../../../..", false},
+		{"etc to a host path", "etc", "/root", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower, p := base(t)
+			os.Remove(filepath.Join(lower, tc.path))
+			if err := os.Symlink(tc.link, filepath.Join(lower, tc.path)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.overlayEtc {
+				d := t.TempDir()
+				os.Mkdir(filepath.Join(d, "u"), 0o755)
+				os.Mkdir(filepath.Join(d, "w"), 0o755)
+				p.Overlays = []Overlay{{Target: "/etc", Lower: []string{"/etc"}, Upper: filepath.Join(d, "u"), Work: filepath.Join(d, "w")}}
+			}
+			err := inMountNS(t, func() error { return Assemble(p) })
+			if err == nil || !strings.Contains(err.Error(), "/"+tc.path) || !strings.Contains(err.Error(), "symlink") {
+				t.Errorf("Assemble of a root whose /%s -> %s = %v; want a refusal naming /%s", tc.path, tc.link, err, tc.path)
+			}
+		})
+	}
+	t.Run("planted dev null and proc", func(t *testing.T) {
+		lower, p := base(t)
+		os.Symlink("/proc/sys/kernel/core_pattern", filepath.Join(lower, "dev", "null"))
+		os.WriteFile(filepath.Join(lower, "proc", "kcore"), []byte("planted"), 0o644)
+		var kcore []byte
+		var null os.FileInfo
+		err := inMountNS(t, func() error {
+			if err := Assemble(p); err != nil {
+				return err
+			}
+			kcore, _ = os.ReadFile(filepath.Join(p.Root, "proc", "kcore"))
+			var err error
+			null, err = os.Lstat(filepath.Join(p.Root, "dev", "null"))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Assemble of a root with a planted /dev/null and /proc = %v; want them covered and the root made", err)
+		}
+		if len(kcore) != 0 {
+			t.Errorf("/proc/kcore inside reads %q; want the mask (empty)", kcore)
+		}
+		if null.Mode()&os.ModeCharDevice == 0 {
+			t.Errorf("/dev/null inside is %v; want the character device", null.Mode())
+		}
+	})
+	if now, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); string(now) != string(core) {
+		t.Errorf("host core_pattern changed: %q, was %q", now, core)
+	}
+	if now, _ := os.ReadDir("/dev"); len(now) != len(hostDev) {
+		t.Errorf("host /dev has %d entries, had %d", len(now), len(hostDev))
 	}
 }

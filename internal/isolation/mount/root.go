@@ -78,13 +78,24 @@ func MakePrivate() error {
 }
 
 // Assemble mounts the root described by p at p.Root. Call it after MakePrivate.
+//
+// Every mount target within the root is checked first: a directory reached
+// without a symlink and without leaving the root. A root whose /dev, /proc,
+// /tmp or /workspace is a link (a hostile template, CVE-2025-31133's kind) is
+// refused, naming the path, instead of followed onto a path of the host. The masks over /proc are binds of the
+// host's /dev/null, never of a node the root could have planted.
 func Assemble(p Plan) error {
 	if err := mountOverlay(p.RootLayer, p.Root); err != nil {
 		return err
 	}
-	in := func(target string) string { return filepath.Join(p.Root, target) }
+	root, err := unix.Open(p.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &Error{Op: "open", Target: p.Root, Err: err}
+	}
+	defer unix.Close(root)
+	at := func(target string, f func(string) error) error { return within(root, p.Root, target, f) }
 	for _, o := range p.Overlays {
-		if err := mountOverlay(o, in(o.Target)); err != nil {
+		if err := at(o.Target, func(t string) error { return mountOverlay(o, t) }); err != nil {
 			return err
 		}
 	}
@@ -93,17 +104,40 @@ func Assemble(p Plan) error {
 		if b.ReadOnly {
 			flags |= unix.MS_RDONLY
 		}
-		if err := bind(b.Source, in(b.Target), flags); err != nil {
+		if err := at(b.Target, func(t string) error { return bind(b.Source, t, flags) }); err != nil {
 			return err
 		}
 	}
-	if err := mountTmpfs(in("/tmp"), nosuidNodev, 0o1777, p.TmpBytes); err != nil {
+	if err := at("/tmp", func(t string) error { return mountTmpfs(t, nosuidNodev, 0o1777, p.TmpBytes) }); err != nil {
 		return err
 	}
-	if err := mountDev(in("/dev"), p.ShmBytes); err != nil {
+	if err := at("/dev", func(t string) error { return mountDev(t, p.ShmBytes) }); err != nil {
 		return err
 	}
-	return mountProc(in("/proc"), in("/dev/null"))
+	return at("/proc", func(t string) error { return mountProc(t, "/dev/null") })
+}
+
+// within checks target, a path within the root open at root (rootPath on
+// the host): it must be a directory reached with no symlink on the way and no
+// way out of the root. Then it calls f with the path on the host. (By name,
+// not through the checked file's /proc/self/fd link: a walk from that link
+// would not enter the mounts f puts on it. Nothing can swap the path meanwhile:
+// no process of the sandbox runs yet.) Errors name the path.
+func within(root int, rootPath, target string, f func(string) error) error {
+	rel := strings.TrimPrefix(filepath.Clean("/"+target), "/")
+	named := filepath.Join(rootPath, rel)
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR) {
+			err = fmt.Errorf("refusing mount target /%s: it is, or passes through, a symlink or a non-directory: %w", rel, err)
+		}
+		return &Error{Op: "open", Target: named, Err: err}
+	}
+	unix.Close(fd)
+	return f(named)
 }
 
 func mountOverlay(o Overlay, target string) error {
