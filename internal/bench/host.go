@@ -135,3 +135,29 @@ func agentPID(id string) int {
 	}
 	return 0
 }
+
+// sandboxPIDs are the processes of sandbox id on this host: those of its
+// cgroup and the groups below it, in one hierarchy.
+func sandboxPIDs(id string) []int {
+	for _, pat := range []string{"/sys/fs/cgroup/memory/sbx/*/" + id, "/sys/fs/cgroup/sbx/*/" + id, "/sys/fs/cgroup/*/sbx/*/" + id} {
+		dirs, _ := filepath.Glob(pat)
+		if len(dirs) == 0 {
+			continue
+		}
+		var pids []int
+		filepath.WalkDir(dirs[0], func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+		return pids
+	}
+	return nil
+}

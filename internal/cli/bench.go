@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,13 +28,15 @@ import (
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--backend B] [--external] [--json]")
+	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--backend B] [--external] [--json]")
 	var opts bench.Options
 	fs.IntVar(&opts.Runs, "runs", 200, "samples per latency figure, after warm-up")
 	fs.IntVar(&opts.Warmup, "warmup", 20, "warm-up runs before each latency figure")
 	fs.IntVar(&opts.Concurrency, "concurrency", 4, "workers for the throughput figures")
 	fs.IntVar(&opts.Cycles, "cycles", 300, "create+exec+destroy cycles for the throughput figure")
 	fs.IntVar(&opts.Idle, "idle", 100, "idle sandboxes for the memory figures (0 skips)")
+	fs.IntVar(&opts.ScaleIdle, "scale", 1000, "idle sandboxes for the scale figure, beside --idle's (0 skips)")
+	fs.IntVar(&opts.Burst, "burst", 500, "creates sent at once for the burst figure (0 skips)")
 	backendName := fs.String("backend", "native", "SANDBOX_BACKEND of the private daemons")
 	external := fs.Bool("external", false, "measure the daemon found by SBX_URL/SBX_API_KEY (or the local data dir) instead of private ones")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -47,7 +51,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
-		rep, err = bench.Run(ctx, benchAPI{c}, opts)
+		api := &benchAPI{c: c}
+		rep, err = bench.Run(ctx, api, opts)
+		rep.Isolation, _ = api.level.Load().(string)
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
@@ -58,7 +64,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		opts.DaemonPID = d.cmd.Process.Pid
-		rep, err = bench.Run(ctx, benchAPI{d.client}, opts)
+		api := &benchAPI{c: d.client}
+		rep, err = bench.Run(ctx, api, opts)
+		rep.Isolation, _ = api.level.Load().(string)
 		d.stop()
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
@@ -69,13 +77,14 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
-		s, err := bench.ColdStart(ctx, benchAPI{cold.client}, opts, false)
+		s, err := bench.ColdStart(ctx, &benchAPI{c: cold.client}, opts, false)
 		cold.stop()
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		rep.ColdStartNoPool = &s
 	}
+	rep.Judge()
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -87,17 +96,21 @@ func runBench(ctx context.Context, e *env, args []string) int {
 }
 
 // benchAPI adapts the Go client to what package bench drives.
-type benchAPI struct{ c *client.Client }
+type benchAPI struct {
+	c     *client.Client
+	level atomic.Value // string: the isolation level the last create answered
+}
 
-func (a benchAPI) Create(ctx context.Context) (string, error) {
+func (a *benchAPI) Create(ctx context.Context) (string, error) {
 	sb, err := a.c.Create(ctx, openapi.CreateSandboxRequest{})
 	if err != nil {
 		return "", err
 	}
+	a.level.Store(sb.Isolation.Level)
 	return sb.ID, nil
 }
 
-func (a benchAPI) Exec(ctx context.Context, id string, argv []string) (int, error) {
+func (a *benchAPI) Exec(ctx context.Context, id string, argv []string) (int, error) {
 	res, err := a.c.Exec(ctx, id, openapi.ExecRequest{Argv: argv})
 	if err != nil {
 		return 0, err
@@ -105,9 +118,18 @@ func (a benchAPI) Exec(ctx context.Context, id string, argv []string) (int, erro
 	return client.ExitCode(res), nil
 }
 
-func (a benchAPI) Delete(ctx context.Context, id string) error { return a.c.Delete(ctx, id) }
+// Refusal implements bench.Refuser.
+func (a *benchAPI) Refusal(err error) (int, bool) {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		return ae.Status, ae.RetryAfter > 0
+	}
+	return 0, false
+}
 
-func (a benchAPI) Pool(ctx context.Context) (ready, size int, err error) {
+func (a *benchAPI) Delete(ctx context.Context, id string) error { return a.c.Delete(ctx, id) }
+
+func (a *benchAPI) Pool(ctx context.Context) (ready, size int, err error) {
 	h, err := a.c.Health(ctx)
 	if err != nil || h.Pool == nil {
 		return 0, 0, err
@@ -144,7 +166,11 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 	if os.Getenv(benchChildEnv) != "" {
 		return nil, fmt.Errorf("sbx bench: refusing to start a private daemon from inside one (%s is set)", benchChildEnv)
 	}
-	cmd.Env = append(os.Environ(), "SANDBOX_BACKEND="+backend, "SBX_LOG_LEVEL=warn", benchChildEnv+"=1")
+	// The per-key limits are policy, not cost: lifted, so the figures show
+	// what a sandbox costs (the burst still meets the create queue's bound).
+	cmd.Env = append(os.Environ(), "SANDBOX_BACKEND="+backend, "SBX_LOG_LEVEL=warn", benchChildEnv+"=1",
+		"SBX_CREATE_RATE_PER_KEY=100000", "SBX_CREATE_BURST_PER_KEY=100000", "SBX_EXEC_RATE_PER_KEY=100000",
+		"SBX_EXEC_BURST_PER_KEY=100000", "SBX_MAX_SANDBOXES=5000", "SBX_MAX_SANDBOXES_PER_KEY=5000")
 	if poolSize != "" {
 		cmd.Env = append(cmd.Env, "SBX_POOL_SIZE="+poolSize)
 	}
