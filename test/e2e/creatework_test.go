@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// createWork is the work one create + exec of true + delete does, counted in
+// the system calls of the daemon and everything it starts (strace -f).
+type createWork struct {
+	GoStarts  int // execve of the sbx binary: a Go runtime started
+	Processes int // clone/clone3/fork/vfork without CLONE_THREAD
+	Execs     int // every execve
+	Mounts    int // mount(2), open_tree, move_mount, mount_setattr
+	Mkdirs    int // mkdir, mkdirat
+	Unshares  int
+}
+
+// createBudget is the most each count may be per cycle on a merged-/usr host
+// (Debian 12 here and in CI); each top-level directory a host has as a real
+// directory instead of a link into /usr (TopLinks) adds one overlay: one mount
+// and its dirs. Lower a figure when a change removes work; a change that adds
+// work fails here first.
+var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 56, Mkdirs: 25, Unshares: 1}
+
+// TestCreateWork is the regression guard of the create path's cost: it counts
+// work, not time, so it cannot flake on a noisy machine.
+func TestCreateWork(t *testing.T) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Fatalf("strace is needed (make test installs it): %v", err)
+	}
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	defer d.cleanup()
+	cycle := func() {
+		id := d.create(nil)
+		if res := d.exec(id, map[string]any{"argv": []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exec true = %+v", res)
+		}
+		if st, b := d.api("DELETE", "/v1/sandboxes/"+id, nil); st != 204 {
+			t.Fatalf("delete = %d %s", st, b)
+		}
+	}
+	cycle() // the first builds the shared layers
+	out := filepath.Join(t.TempDir(), "strace")
+	tr := exec.Command(strace, "-f", "-qq", "-p", fmt.Sprint(d.cmd.Process.Pid), "-o", out,
+		"-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare")
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// strace is attached once it has written the daemon's threads' first line
+	// or a moment has passed; the cycles below are what it must see.
+	time.Sleep(500 * time.Millisecond)
+	const n = 3
+	for range n {
+		cycle()
+	}
+	time.Sleep(200 * time.Millisecond)
+	tr.Process.Signal(syscall.SIGINT)
+	tr.Wait()
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := countWork(string(b))
+	per := createWork{
+		GoStarts: ceilDiv(total.GoStarts, n), Processes: ceilDiv(total.Processes, n), Execs: ceilDiv(total.Execs, n),
+		Mounts: ceilDiv(total.Mounts, n), Mkdirs: ceilDiv(total.Mkdirs, n), Unshares: ceilDiv(total.Unshares, n),
+	}
+	t.Logf("per create+exec+delete: %+v (budget %+v)", per, budgetHere())
+	if total.GoStarts < n || per.Mounts == 0 {
+		t.Fatalf("strace saw %d sandbox starts of %d (%+v): the count is broken, not the daemon", total.GoStarts, n, total)
+	}
+	check := func(name string, got, limit int) {
+		if got > limit {
+			t.Errorf("%s per cycle = %d, budget %d: a change added work to the create path (or lower costs elsewhere allow raising the budget, with a measurement)", name, got, limit)
+		}
+	}
+	bud := budgetHere()
+	check("Go runtime starts", per.GoStarts, bud.GoStarts)
+	check("processes", per.Processes, bud.Processes)
+	check("execs", per.Execs, bud.Execs)
+	check("mounts", per.Mounts, bud.Mounts)
+	check("mkdirs", per.Mkdirs, bud.Mkdirs)
+	check("unshares", per.Unshares, bud.Unshares)
+}
+
+// budgetHere is createBudget for this host's layout.
+func budgetHere() createWork {
+	b := createBudget
+	for _, name := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if fi, err := os.Lstat("/" + name); err == nil && fi.IsDir() {
+			b.Mounts++
+			b.Mkdirs += 3 // its upper, work and lower dirs
+		}
+	}
+	return b
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+var straceCall = regexp.MustCompile(`^\d+\s+(\w+)\((.*)$`)
+
+// countWork counts createWork's calls in strace -f output. Calls split by
+// <unfinished ...> count once, at their start.
+func countWork(trace string) createWork {
+	var w createWork
+	for _, line := range strings.Split(trace, "\n") {
+		m := straceCall.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		call, args := m[1], m[2]
+		switch call {
+		case "execve":
+			w.Execs++
+			if strings.Contains(args, `"sbx"`) || strings.Contains(args, "/proc/self/fd/") {
+				w.GoStarts++
+			}
+		case "clone", "clone3", "fork", "vfork":
+			if !strings.Contains(args, "CLONE_THREAD") {
+				w.Processes++
+			}
+		case "mount", "open_tree", "move_mount", "mount_setattr":
+			w.Mounts++
+		case "mkdir", "mkdirat":
+			w.Mkdirs++
+		case "unshare":
+			w.Unshares++
+		}
+	}
+	return w
+}
+
+func TestCountWork(t *testing.T) {
+	trace := `100 clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM|CLONE_SETTLS, child_tid=0x1}, 88) = 101
+100 clone(child_stack=NULL, flags=CLONE_NEWNS|CLONE_NEWUSER|SIGCHLD) = 102
+102 execve("/proc/self/fd/9", ["sbx", "__sbx_init", "x"], 0x1 /* 6 vars */) = 0
+102 mount("overlay", "root", "overlay", MS_NOSUID|MS_NODEV, "lowerdir=...") = 0
+102 open_tree(9, "", OPEN_TREE_CLONE) = 3
+102 mkdirat(AT_FDCWD, "upper", 0755 <unfinished ...>
+102 <... mkdirat resumed>) = 0
+103 execve("/usr/bin/true", ["true"], 0x1 /* 4 vars */) = 0
+102 unshare(CLONE_FS) = 0
+102 +++ exited with 0 +++`
+	got := countWork(trace)
+	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1}
+	if got != want {
+		t.Errorf("countWork = %+v, want %+v", got, want)
+	}
+}
