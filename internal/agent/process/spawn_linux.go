@@ -198,14 +198,13 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 		return st.fork(path, argv, pa)
 	}
 	err = osthread.Discarded(func() error {
-		tid := strconv.Itoa(unix.Gettid())
 		if g.kind == treeV1 {
-			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", tid); err != nil {
+			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", joinSelf); err != nil {
 				return fmt.Errorf("joining freezer group: %w", err)
 			}
 		}
 		if t.cfg.PidsJoinFD > 0 {
-			if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", tid); err != nil {
+			if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", joinSelf); err != nil {
 				return fmt.Errorf("joining the work pids group: %w", err)
 			}
 		}
@@ -219,6 +218,11 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 	})
 	return pid, err
 }
+
+// joinSelf, written to a v1 group's "tasks", moves the writing thread: the
+// kernel then skips the threadgroup lock, whose write side waits for an RCU
+// grace period (milliseconds), that a thread id written there takes.
+const joinSelf = "0"
 
 // spawnThread is an OS thread that forks every process started outside v1
 // freezer groups: it joined the work pids group and was confined once, when
@@ -254,7 +258,7 @@ func (t *Table) spawner() *spawnThread {
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with the table
 			if t.cfg.PidsJoinFD > 0 {
-				if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", strconv.Itoa(unix.Gettid())); err != nil {
+				if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", joinSelf); err != nil {
 					st.err = fmt.Errorf("joining the work pids group: %w", err)
 				}
 			}

@@ -120,6 +120,9 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening native driver: %w: %w", backend.ErrRefused, err)
 	}
+	if err := os.WriteFile(filepath.Join(opts.DataDir, instanceFile), []byte(opts.Instance+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
 	r, err := registerRange(opts.Instance, opts.DataDir, want)
 	if err != nil {
 		return nil, fmt.Errorf("opening native driver: %w: %w", backend.ErrRefused, err)

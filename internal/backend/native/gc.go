@@ -128,7 +128,9 @@ func liveInstances() (map[string]bool, error) {
 			return nil, err
 		}
 		for _, o := range others {
-			live[o.instance] = true
+			if !gone(o, true) {
+				live[o.instance] = true
+			}
 		}
 	}
 	procs, err := os.ReadDir("/proc")

@@ -68,6 +68,8 @@ type box struct {
 	dir   string
 	sock  string
 	group *cgroup.Group
+	// phases times the start (nil for a recovered box).
+	phases *phases
 	// uid is the first host id of the sandbox's range: its root.
 	uid uint64
 	// report is what the init stage and agent said they applied; applied is
@@ -115,7 +117,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, d.missingReason(l))}
 		}
 	}
-	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}}
+	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}, phases: newPhases()}
 	b.sock = filepath.Join(b.dir, "agent.sock")
 	if err := d.boxes.Claim(id, b); err != nil {
 		return nil, err
@@ -139,6 +141,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := d.prepare(b, spec); err != nil {
 		return nil, err
 	}
+	b.phases.mark("prepare")
 	fault.Point(fault.Rootfs)
 	g, err := d.layout.Create(d.cgroupPath(id))
 	if err != nil {
@@ -151,6 +154,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := g.SetLimits(d.limits(g, spec)); err != nil {
 		return nil, err
 	}
+	b.phases.mark("cgroup")
 	fault.Point(fault.Cgroup)
 	if err := d.spawn(ctx, b, spec); err != nil {
 		return nil, err
@@ -165,6 +169,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	}
 	b.applied = iso
 	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, "level", iso.Level, logkey.Duration, time.Since(began))
+	d.log.DebugContext(ctx, "start phases", append([]any{logkey.SandboxID, id}, b.phases.attrs()...)...)
 	return d.instance(b, iso)
 }
 
@@ -486,6 +491,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err != nil {
 		return fmt.Errorf("starting the init stage: %w", err)
 	}
+	b.phases.mark("fork")
 	if err := b.proc.HoldChild(cmd.Process, pidfd); err != nil {
 		return err
 	}
@@ -494,6 +500,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err := d.sendLayers(mounts, cmd.Process.Pid); err != nil {
 		return err
 	}
+	b.phases.mark("layers")
 	planR.Close()
 	statusW.Close()
 	lnFile.Close()
@@ -516,6 +523,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		}
 		return fmt.Errorf("reading the init stage's status: %w", err)
 	}
+	b.phases.mark("jail")
 	if b.report, err = backend.ReadyReport(msg); err != nil {
 		return fmt.Errorf("init stage: %w", err)
 	}
@@ -594,4 +602,29 @@ func (d *Driver) checkSpace(spec sandbox.Spec) error {
 			sandbox.ErrNoSpace, d.opts.DataDir, free>>20, minFreeBytes>>20)
 	}
 	return nil
+}
+
+// phases times the steps of one start, for the debug log ("start phases").
+type phases struct {
+	last  time.Time
+	names []string
+	took  []time.Duration
+}
+
+func newPhases() *phases { return &phases{last: time.Now()} }
+
+// mark ends the step named name.
+func (p *phases) mark(name string) {
+	now := time.Now()
+	p.names = append(p.names, name)
+	p.took = append(p.took, now.Sub(p.last))
+	p.last = now
+}
+
+func (p *phases) attrs() []any {
+	var a []any
+	for i, n := range p.names {
+		a = append(a, n, p.took[i])
+	}
+	return a
 }

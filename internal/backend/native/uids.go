@@ -249,7 +249,7 @@ func readRegistry(instance string, prune bool) (others []registered, mine IDRang
 			mine = reg.r
 			continue
 		}
-		if _, err := os.Stat(reg.dataDir); errors.Is(err, fs.ErrNotExist) {
+		if gone(reg, false) {
 			if prune {
 				os.Remove(path) // its sandboxes went with their directories
 			}
@@ -259,6 +259,25 @@ func readRegistry(instance string, prune bool) (others []registered, mine IDRang
 	}
 	return others, mine, nil
 }
+
+// gone reports whether reg's data dir is gone: missing, or made again since
+// for another instance (the driver names its instance in its dir at open).
+// With strict, a dir that does not name an instance is gone too: emptied, or
+// made by a daemon that never opened (gc's view; a range check keeps such a
+// record, since an older daemon names none).
+func gone(reg registered, strict bool) bool {
+	if _, err := os.Stat(reg.dataDir); errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(reg.dataDir, instanceFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return strict
+	}
+	return err == nil && strings.TrimSpace(string(b)) != reg.instance
+}
+
+// instanceFile, in the driver's data dir, names the instance that owns it.
+const instanceFile = "instance"
 
 type hostID struct {
 	what string
