@@ -138,10 +138,14 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(b.dir); err != nil {
+	if filepath.Dir(b.dir) == d.pool.Dir() {
+		if err := d.pool.Remove(filepath.Base(b.dir)); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
+		} else {
+			d.pool.Released()
+		}
+	} else if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
-	} else if filepath.Dir(b.dir) == d.pool.Dir() {
-		d.pool.Released()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err // the box stays known, so a retry can finish the job

@@ -39,6 +39,7 @@ import (
 // btrfs ioctls (include/uapi/linux/btrfs.h).
 const (
 	iocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+	iocSnapDestroy  = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
 	iocQuotaCtl     = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
 	iocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
 	iocSync         = 0x00009408 // _IO(0x94, 8): commit, then wake the cleaner
@@ -280,6 +281,35 @@ func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// Remove deletes name, a subvolume Create made, with everything in it: one
+// ioctl, after which btrfs's cleaner drops its trees in the background,
+// instead of an unlink per file (which cost a cycle of create, exec and
+// delete ~1 ms of the daemon's CPU). A name that is no subvolume (a plain
+// directory) or that the kernel will not delete is removed file by file.
+// Removing what does not exist is not an error.
+func (p *Pool) Remove(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 || name == "." || name == ".." {
+		return fmt.Errorf("disk quota: bad subvolume name %q", name)
+	}
+	path := filepath.Join(p.mnt, name)
+	parent, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("disk quota: %w", err)
+	}
+	defer unix.Close(parent)
+	var args volArgs
+	copy(args.Name[:], name)
+	err = ioctl(parent, iocSnapDestroy, unsafe.Pointer(&args))
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("disk quota: removing %s: %w", path, err)
+	}
+	return nil
 }
 
 // Limit sets the quota of the subvolume at path to maxBytes (0: none).

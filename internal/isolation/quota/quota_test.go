@@ -248,3 +248,45 @@ func TestTrim(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// Remove deletes a subvolume full of files in one call, and a plain
+// directory file by file; what does not exist is no error.
+func TestRemove(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		d := filepath.Join(a, "d"+strconv.Itoa(i))
+		os.MkdirAll(filepath.Join(d, "x", "y"), 0o755)
+		os.WriteFile(filepath.Join(d, "x", "y", "f"), []byte("data"), 0o644)
+	}
+	if err := p.Remove("a"); err != nil {
+		t.Fatalf("Remove of a full subvolume = %v", err)
+	}
+	if _, err := os.Lstat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Remove, %s: %v", a, err)
+	}
+	plain := filepath.Join(p.Dir(), "plain")
+	os.MkdirAll(filepath.Join(plain, "sub"), 0o755)
+	os.WriteFile(filepath.Join(plain, "sub", "f"), []byte("x"), 0o644)
+	if err := p.Remove("plain"); err != nil {
+		t.Fatalf("Remove of a plain directory = %v", err)
+	}
+	if _, err := os.Lstat(plain); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Remove, %s: %v", plain, err)
+	}
+	if err := p.Remove("never-made"); err != nil {
+		t.Errorf("Remove of a missing name = %v", err)
+	}
+	for _, bad := range []string{"", "..", "a/b"} {
+		if err := p.Remove(bad); err == nil {
+			t.Errorf("Remove(%q) succeeded", bad)
+		}
+	}
+	// The name can be made again at once.
+	if _, err := p.Create("a", 1<<20); err != nil {
+		t.Errorf("Create after Remove = %v", err)
+	}
+}
