@@ -9,6 +9,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/agent"
+	"sbx/internal/backend/native"
 	"sbx/internal/cli"
 	"sbx/internal/daemon"
 	"sbx/internal/isolation/nsinit"
@@ -22,6 +23,8 @@ func main() {
 			agent.Main(cfg, nsinit.Layers())
 		case boot.AgentArg:
 			agent.Main(nil, nil) // never returns
+		case boot.SpawnerArg:
+			native.SpawnerMain() // never returns
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

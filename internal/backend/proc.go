@@ -78,18 +78,48 @@ func (p *Proc) Watch() {
 	go func() {
 		defer close(p.done)
 		p.exit = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
-		rc, err := p.PidFD.SyscallConn()
-		if err != nil {
-			return
-		}
-		// The runtime's poller wakes this when the pidfd becomes readable: the
-		// process has exited. It returns early if the pidfd is closed.
-		rc.Read(func(fd uintptr) bool {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, err := unix.Poll(fds, 0)
-			return err != nil || n > 0
-		})
+		waitPidfd(p.PidFD)
 	}()
+}
+
+// HoldSpawned makes p the hold on pid, a process another started for this
+// one (the native driver's spawner), which passed its pidfd: exit gets how it
+// ended, or is closed without a value if that other process is gone first,
+// and then the pidfd tells the exit (code unknown, -1). It reads the start
+// time.
+func (p *Proc) HoldSpawned(pid, pidfd int, exit <-chan sandbox.Exit) error {
+	p.Pid, p.PidFD, p.done = pid, os.NewFile(uintptr(pidfd), "pidfd"), make(chan struct{})
+	go func() {
+		e, ok := <-exit
+		if !ok {
+			waitPidfd(p.PidFD)
+			e = sandbox.Exit{Code: -1, Reason: sandbox.ReasonExited}
+		}
+		p.exit = e
+		close(p.done)
+	}()
+	st, err := ProcStart(pid)
+	if err != nil {
+		return fmt.Errorf("reading the start time of pid %d: %w", pid, err)
+	}
+	p.Start = st
+	return nil
+}
+
+// waitPidfd returns once the process of pidfd has exited, or the pidfd is
+// closed.
+func waitPidfd(pidfd *os.File) {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	// The runtime's poller wakes this when the pidfd becomes readable: the
+	// process has exited. It returns early if the pidfd is closed.
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err != nil || n > 0
+	})
 }
 
 // Held reports whether p holds a process, running or exited.

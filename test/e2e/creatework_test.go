@@ -50,8 +50,13 @@ func TestCreateWork(t *testing.T) {
 	}
 	cycle() // the first builds the shared layers
 	out := filepath.Join(t.TempDir(), "strace")
-	tr := exec.Command(strace, "-f", "-qq", "-p", fmt.Sprint(d.cmd.Process.Pid), "-o", out,
-		"-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare")
+	// The daemon and its spawner, which forks the sandboxes' init stages.
+	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare",
+		"-p", fmt.Sprint(d.cmd.Process.Pid)}
+	for _, pid := range childrenWith(d.cmd.Process.Pid, "__sbx_spawner") {
+		args = append(args, "-p", fmt.Sprint(pid))
+	}
+	tr := exec.Command(strace, args...)
 	if err := tr.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +110,37 @@ func budgetHere() createWork {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// childrenWith lists the children of ppid whose command line holds arg.
+func childrenWith(ppid int, arg string) []int {
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: the comm may hold spaces, so read
+		// after its closing parenthesis.
+		i := strings.LastIndexByte(string(b), ')')
+		var state string
+		var parent int
+		if i < 0 {
+			continue
+		}
+		if _, err := fmt.Sscan(string(b[i+1:]), &state, &parent); err != nil || parent != ppid {
+			continue
+		}
+		dir := filepath.Dir(st)
+		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if strings.Contains(string(cmd), "\x00"+arg) {
+			var pid int
+			fmt.Sscan(filepath.Base(dir), &pid)
+			out = append(out, pid)
+		}
+	}
+	return out
+}
 
 var straceCall = regexp.MustCompile(`^\d+\s+(\w+)\((.*)$`)
 

@@ -13,6 +13,9 @@ const (
 	// AgentArg selects the in-sandbox agent; a further argument (the sandbox
 	// id) only names the process. It reads AgentConfig as JSON from ConfigFD.
 	AgentArg = "__sbx_agent"
+	// SpawnerArg selects the native driver's spawner, which forks the
+	// sandboxes' init stages for the daemon (backend/native).
+	SpawnerArg = "__sbx_spawner"
 )
 
 // ConfigFD is the inherited descriptor, a pipe, the agent started with AgentArg

@@ -54,6 +54,8 @@ type Driver struct {
 	uids *uids
 	// pool is the disk quota filesystem the sandboxes' directories live in.
 	pool *quota.Pool
+	// spawner forks the sandboxes' init stages (spawner.go).
+	spawner *spawner
 
 	// unsupported, set by tests, makes layers missing on this host, with
 	// the reason given (PV-11's fault hook).
@@ -73,7 +75,7 @@ func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	return open(ctx, opts)
 }
 
-func open(_ context.Context, opts backend.Options) (*Driver, error) {
+func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if !filepath.IsAbs(opts.DataDir) {
 		return nil, fmt.Errorf("opening native driver: data dir %q is not absolute", opts.DataDir)
 	}
@@ -95,6 +97,14 @@ func open(_ context.Context, opts backend.Options) (*Driver, error) {
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
+	if d.spawner, err = startSpawner(d.exe); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			d.spawner.close()
+		}
+	}()
 	layers := filepath.Join(opts.DataDir, "layers")
 	if d.skel, err = mount.BuildSkeleton(layers, "/"); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)

@@ -260,6 +260,7 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 // each hierarchy, and unmounts the disk quota pool, when no sandbox is left.
 // Running sandboxes keep theirs.
 func (d *Driver) Close(ctx context.Context) error {
+	d.spawner.close()
 	d.pool.StopTrimming()
 	if d.pool.Empty() {
 		if err := d.pool.Close(); err != nil {

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == boot.InitArg {
 		fakeAgent(nsinit.Main()) // returns only when the plan has no program
 	}
+	if len(os.Args) > 1 && os.Args[1] == boot.SpawnerArg {
+		SpawnerMain() // the driver's spawner, run from this test binary
+	}
 	code := m.Run()
 	testutil.RemoveBuild()
 	os.Exit(code)

@@ -14,7 +14,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -454,50 +453,39 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		defer f.Close()
 		extra = append(extra, f)
 	}
-	pidfd := -1
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(b.uid), Size: UIDSlot}}
-	cmd := &exec.Cmd{
+	var v2 *os.File
+	if p := b.group.V2Dir(); p != "" {
+		if v2, err = os.Open(p); err != nil {
+			return err
+		}
+		defer v2.Close()
+	}
+	// The spawner forks it (spawner.go): born in the sandbox's groups, in
+	// the sandbox's directory as its working directory, which its new mount
+	// namespace translates, so its mounts resolve from there as the
+	// sandbox's root, which may not search the data dir above it. It is the
+	// root of its user namespace: every capability there, none on the host.
+	pid, pidfd, err := d.spawner.spawn(spawnRequest{
 		// The sealed binary by its fd: the sandbox's root, which the exec
 		// already runs as, may not search the daemon's data dir.
 		Path:       "/proc/self/fd/" + strconv.Itoa(exeFD),
 		Args:       []string{"sbx", boot.InitArg, string(b.id)}, // the id only names the process
 		Env:        agentEnv,
-		Stderr:     logf,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: cloneFlags, Setsid: true, PidFD: &pidfd,
-			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
-			// Root of the user namespace: the init holds every capability
-			// there, and none on the host.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		},
-	}
-	err = b.group.ForkIn(func(v2fd int) error {
-		// This thread is discarded after the fork. Given a working directory
-		// of its own, the sandbox's, the init inherits it, translated into
-		// its new mount namespace: its mounts resolve from there, as the
-		// sandbox's root, which may not search the data dir above it.
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			return fmt.Errorf("unsharing the working directory: %w", err)
-		}
-		if err := unix.Fchdir(int(dir.Fd())); err != nil {
-			return fmt.Errorf("changing into %s: %w", b.dir, err)
-		}
-		if v2fd >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2fd
-		}
-		return cmd.Start()
-	})
+		Cloneflags: cloneFlags,
+		UID:        int(b.uid),
+		Size:       UIDSlot,
+		V1:         b.group.V1Dirs(),
+	}, dir, logf, v2, extra)
 	if err != nil {
 		return fmt.Errorf("starting the init stage: %w", err)
 	}
 	b.phases.mark("fork")
-	if err := b.proc.HoldChild(cmd.Process, pidfd); err != nil {
+	if err := b.proc.HoldSpawned(pid, pidfd, d.spawner.exitOf(pid)); err != nil {
 		return err
 	}
 	// The init waits for its plan in its new namespaces, which exist now: the
 	// lower layers can be mapped into its user namespace.
-	if err := d.sendLayers(mounts, cmd.Process.Pid); err != nil {
+	if err := d.sendLayers(mounts, pid); err != nil {
 		return err
 	}
 	b.phases.mark("layers")

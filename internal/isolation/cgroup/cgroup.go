@@ -80,6 +80,17 @@ func (g *Group) Path() string { return g.rel }
 // V2Dir is the group's directory in the unified hierarchy, or "".
 func (g *Group) V2Dir() string { return g.v2 }
 
+// V1Dirs are the group's directories in the v1 hierarchies, each once.
+func (g *Group) V1Dirs() []string {
+	var out []string
+	for _, d := range g.dirs() {
+		if d != g.v2 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // Dir is the group's directory for v1 controller ctrl, or "".
 func (g *Group) Dir(ctrl string) string {
 	if ctrl == "cpuacct" && g.v1["cpuacct"] == "" {
