@@ -265,21 +265,11 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 // scale measures memory at Idle (as idleMemory did) and at ScaleIdle idle
 // sandboxes: a point each, with the daemon's growth per sandbox counted.
 func scale(ctx context.Context, api API, opts *Options, rep *Report) error {
-	base := 0.0
-	if opts.DaemonPID > 0 {
-		if m, err := readMemory(opts.DaemonPID); err == nil {
-			base = mb(m.RSS)
-		}
-	}
+	base := daemonRSS(opts)
 	var ids []string
 	defer func() { deleteAll(ctx, api, ids, opts.Concurrency) }()
 	point := func() ScalePoint {
-		p := ScalePoint{Idle: len(ids)}
-		if opts.DaemonPID > 0 {
-			if m, err := readMemory(opts.DaemonPID); err == nil {
-				p.DaemonRSSMB = mb(m.RSS)
-			}
-		}
+		p := ScalePoint{Idle: len(ids), DaemonRSSMB: daemonRSS(opts)}
 		var sum int64
 		n := 0
 		for _, id := range ids {
@@ -522,18 +512,7 @@ func parallel(ctx context.Context, workers, n int, f func() error) (float64, err
 
 func idleMemory(ctx context.Context, api API, opts *Options, rep *Report) error {
 	ids := make([]string, 0, opts.Idle)
-	defer func() {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, opts.Concurrency)
-		for _, id := range ids {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				api.Delete(context.WithoutCancel(ctx), id)
-			})
-		}
-		wg.Wait()
-	}()
+	defer func() { deleteAll(ctx, api, ids, opts.Concurrency) }()
 	for range opts.Idle {
 		id, err := api.Create(ctx)
 		if err != nil {
@@ -548,11 +527,7 @@ func idleMemory(ctx context.Context, api API, opts *Options, rep *Report) error 
 		}
 	}
 	time.Sleep(2 * time.Second)
-	if opts.DaemonPID > 0 {
-		if m, err := readMemory(opts.DaemonPID); err == nil {
-			rep.DaemonRSSMB = mb(m.RSS)
-		}
-	}
+	rep.DaemonRSSMB = daemonRSS(opts)
 	var sum memory
 	n := 0
 	for _, id := range ids {
@@ -580,6 +555,16 @@ func idleMemory(ctx context.Context, api API, opts *Options, rep *Report) error 
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// daemonRSS is the daemon's RSS in MB; 0 when its pid is not known.
+func daemonRSS(opts *Options) float64 {
+	if opts.DaemonPID > 0 {
+		if m, err := readMemory(opts.DaemonPID); err == nil {
+			return mb(m.RSS)
+		}
+	}
+	return 0
+}
 
 // WriteTable prints the report as a table, each figure beside its peer: bwrap
 // for whole sandboxes, a plain host spawn for exec.
