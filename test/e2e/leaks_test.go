@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -58,8 +59,11 @@ func leaks(dataDir, instance string) []string {
 		procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 		for _, p := range procs {
 			b, err := os.ReadFile(p)
-			if err == nil && strings.Contains(string(b), "/sbx/"+instance+"/") {
-				cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+			cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+			// A sandbox's process, or the instance's spawner (whose argv
+			// names the instance) outliving its daemon.
+			if err == nil && strings.Contains(string(b), "/sbx/"+instance+"/") ||
+				strings.HasSuffix(string(cmd), "\x00__sbx_spawner\x00"+instance+"\x00") && !daemonParent(filepath.Dir(p)) {
 				out = append(out, "process "+filepath.Dir(p)+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
 			}
 		}
@@ -92,6 +96,26 @@ func leaks(dataDir, instance string) []string {
 		return nil
 	})
 	return out
+}
+
+// daemonParent reports whether the parent of the process at procDir is an
+// `sbx serve`.
+func daemonParent(procDir string) bool {
+	b, err := os.ReadFile(filepath.Join(procDir, "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	var state string
+	var ppid int
+	if i < 0 {
+		return false
+	}
+	if _, err := fmt.Sscan(string(b[i+1:]), &state, &ppid); err != nil {
+		return false
+	}
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+	return strings.Contains(string(cmd), "\x00serve\x00")
 }
 
 // removeInstanceGroups removes the (empty, once audited) per-instance parent

@@ -97,7 +97,7 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	if d.spawner, err = startSpawner(d.exe); err != nil {
+	if d.spawner, err = startSpawner(d.exe, opts.Instance); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
 	defer func() {

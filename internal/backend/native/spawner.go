@@ -85,15 +85,16 @@ type spawnResponse struct {
 	err        error
 }
 
-// startSpawner starts exe's spawner stage.
-func startSpawner(exe string) (*spawner, error) {
+// startSpawner starts exe's spawner stage for instance (its argv names the
+// instance only, so that the process is known for whose it is).
+func startSpawner(exe, instance string) (*spawner, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("starting the spawner: %w", os.NewSyscallError("socketpair", err))
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner")
 	defer theirs.Close()
-	cmd := exec.Command(exe, boot.SpawnerArg)
+	cmd := exec.Command(exe, boot.SpawnerArg, instance)
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

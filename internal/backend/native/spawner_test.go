@@ -16,7 +16,7 @@ import (
 func TestSpawner(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireNamespaces(t)
-	s, err := startSpawner(os.Args[0])
+	s, err := startSpawner(os.Args[0], "spawnertest")
 	if err != nil {
 		t.Fatal(err)
 	}
