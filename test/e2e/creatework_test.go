@@ -114,24 +114,11 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // childrenWith lists the children of ppid whose command line holds arg.
 func childrenWith(ppid int, arg string) []int {
 	var out []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		if ppidOf(dir) != ppid {
 			continue
 		}
-		// pid (comm) state ppid ...: the comm may hold spaces, so read
-		// after its closing parenthesis.
-		i := strings.LastIndexByte(string(b), ')')
-		var state string
-		var parent int
-		if i < 0 {
-			continue
-		}
-		if _, err := fmt.Sscan(string(b[i+1:]), &state, &parent); err != nil || parent != ppid {
-			continue
-		}
-		dir := filepath.Dir(st)
 		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if strings.Contains(string(cmd), "\x00"+arg) {
 			var pid int

@@ -101,21 +101,23 @@ func leaks(dataDir, instance string) []string {
 // daemonParent reports whether the parent of the process at procDir is an
 // `sbx serve`.
 func daemonParent(procDir string) bool {
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppidOf(procDir)))
+	return strings.Contains(string(cmd), "\x00serve\x00")
+}
+
+// ppidOf is the parent pid of the process at procDir (/proc/<pid>), 0 if it
+// cannot be read. The command name may hold spaces: the fields are read after
+// its closing parenthesis.
+func ppidOf(procDir string) int {
 	b, err := os.ReadFile(filepath.Join(procDir, "stat"))
-	if err != nil {
-		return false
-	}
 	i := strings.LastIndexByte(string(b), ')')
+	if err != nil || i < 0 {
+		return 0
+	}
 	var state string
 	var ppid int
-	if i < 0 {
-		return false
-	}
-	if _, err := fmt.Sscan(string(b[i+1:]), &state, &ppid); err != nil {
-		return false
-	}
-	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
-	return strings.Contains(string(cmd), "\x00serve\x00")
+	fmt.Sscan(string(b[i+1:]), &state, &ppid)
+	return ppid
 }
 
 // removeInstanceGroups removes the (empty, once audited) per-instance parent
