@@ -40,12 +40,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord) error {
 		return fmt.Errorf("appending %d audit records: %w", len(recs), err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit_log (at, key_id, sandbox_id, action, target, outcome, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("appending %d audit records: %w", len(recs), err)
-	}
-	defer stmt.Close()
+	stmt := tx.StmtContext(ctx, s.stmtAudit)
 	for _, r := range recs {
 		if _, err := stmt.ExecContext(ctx, unixMS(r.At), r.KeyID, r.SandboxID, r.Action, r.Target, r.Outcome, r.Detail); err != nil {
 			return fmt.Errorf("appending %d audit records: %w", len(recs), err)

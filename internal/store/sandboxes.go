@@ -23,8 +23,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = s.stmtInsert.ExecContext(ctx,
 		sb.ID, sb.State, sb.Backend, r.spec, r.isolation, sb.Saved, r.labels,
 		unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), sb.Error, sb.OwnerKey, time.Now().UnixMilli())
 	if isConstraint(err) {
@@ -59,7 +58,7 @@ func (s *Store) updateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandb
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(tx.StmtContext(ctx, s.stmtSelect).QueryRowContext(ctx, id))
 	if notFound(err) {
 		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
 	}
@@ -74,8 +73,7 @@ func (s *Store) updateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandb
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
-		labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ?`,
+	_, err = tx.StmtContext(ctx, s.stmtUpdate).ExecContext(ctx,
 		sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, sb.OwnerKey, time.Now().UnixMilli(), id)
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
@@ -93,7 +91,7 @@ func (s *Store) updateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandb
 
 // GetSandbox returns the record of id, or an error wrapping sandbox.ErrNotFound.
 func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(s.stmtSelect.QueryRowContext(ctx, id))
 	if notFound(err) {
 		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
 	}
@@ -136,7 +134,7 @@ func (s *Store) ListSandboxes(ctx context.Context, states ...sandbox.State) ([]s
 
 // DeleteSandbox removes the record of id, or fails with sandbox.ErrNotFound.
 func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	res, err := s.stmtDelete.ExecContext(ctx, id)
 	if err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}

@@ -19,6 +19,9 @@ import (
 // Store is safe for concurrent use.
 type Store struct {
 	db *sql.DB
+	// The statements of every sandbox's life, prepared once: SQLite parses
+	// and plans a statement each time it is prepared.
+	stmtInsert, stmtSelect, stmtUpdate, stmtDelete, stmtAudit *sql.Stmt
 }
 
 // Open opens (creating when missing) the database file at path and migrates it to
@@ -41,6 +44,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating store %s: %w", path, err)
 	}
+	if err := s.prepare(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
 	for _, f := range []string{path, path + "-wal", path + "-shm"} {
 		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
 			db.Close()
@@ -52,6 +59,28 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
+
+// prepare prepares the statements of a sandbox's life.
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		q    string
+	}{
+		{&s.stmtInsert, `INSERT INTO sandboxes (` + sandboxColumns + `, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&s.stmtSelect, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
+		{&s.stmtUpdate, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
+			labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ?`},
+		{&s.stmtDelete, `DELETE FROM sandboxes WHERE id = ?`},
+		{&s.stmtAudit, `INSERT INTO audit_log (at, key_id, sandbox_id, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+	} {
+		stmt, err := s.db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("preparing %.40q: %w", p.q, err)
+		}
+		*p.stmt = stmt
+	}
+	return nil
+}
 
 // migrations are the ordered schema steps; step i brings user_version to i+1.
 // Never edit a released step: append a new one.

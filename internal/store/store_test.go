@@ -231,3 +231,37 @@ func flipLast(s string) string {
 	}
 	return s[:len(s)-1] + string(last)
 }
+
+// BenchmarkSandboxLifecycle is the store's work for one sandbox's life: the
+// intent, the commit, a read, the delete's mark and the delete, and two audit
+// records.
+func BenchmarkSandboxLifecycle(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "sbx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	for b.Loop() {
+		sb := record(sandbox.StateCreating)
+		sb.ID = sandbox.NewID()
+		if err := s.PutSandbox(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.UpdateSandbox(ctx, sb.ID, func(r *sandbox.Sandbox) error { r.State = sandbox.StateRunning; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.GetSandbox(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.UpdateSandbox(ctx, sb.ID, func(r *sandbox.Sandbox) error { r.State = sandbox.StateDeleting; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.DeleteSandbox(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.AppendAudit(ctx, []AuditRecord{{At: time.Now(), Action: "create", SandboxID: string(sb.ID)}, {At: time.Now(), Action: "delete", SandboxID: string(sb.ID)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
