@@ -211,7 +211,10 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		}
 		unix.Close(cfg.ReadyFD)
 	}
-	go warmUp()
+	go func() {
+		warmUp()
+		srv.WarmAgent()
+	}()
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
 	select {
 	case <-ctx.Done():

@@ -46,6 +46,8 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	watches watchers
+	// warmAgent builds the agent service's handler (Handler sets it).
+	warmAgent func()
 }
 
 // New returns a server over table and fs.
@@ -69,9 +71,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(servicePath(filesystemconnect.FilesystemName), onFirstUse(func() (string, http.Handler) {
 		return filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...)
 	}))
-	mux.Handle(servicePath(sbxagentconnect.AgentName), onFirstUse(func() (string, http.Handler) {
+	agent, build := onFirstUseWarm(func() (string, http.Handler) {
 		return sbxagentconnect.NewAgentHandler(agentService{s}, opts...)
-	}))
+	})
+	s.warmAgent = build
+	mux.Handle(servicePath(sbxagentconnect.AgentName), agent)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
@@ -88,11 +92,27 @@ func servicePath(service string) string { return "/" + service + "/" }
 // milliseconds of every sandbox's start, mostly page faults, which a sandbox
 // that never calls the service (the envd services, for most) does not pay.
 func onFirstUse(build func() (string, http.Handler)) http.Handler {
+	h, _ := onFirstUseWarm(build)
+	return h
+}
+
+// onFirstUseWarm is onFirstUse that also returns a function building the
+// handler ahead of its first request.
+func onFirstUseWarm(build func() (string, http.Handler)) (http.Handler, func()) {
 	h := sync.OnceValue(func() http.Handler {
 		_, h := build()
 		return h
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) }), func() { h() }
+}
+
+// WarmAgent builds the sbx agent service's handler, which every exec the
+// daemon sends goes through, before its first request: a warm sandbox's
+// first exec then does not pay it. Call it after Handler.
+func (s *Server) WarmAgent() {
+	if s.warmAgent != nil {
+		s.warmAgent()
+	}
 }
 
 // Close ends the watches.
