@@ -113,24 +113,12 @@ func readMemory(pid int) (memory, error) {
 // agentPID finds the agent of sandbox id through its cgroup (the agent is the
 // process whose argv names the init or agent stage). It returns 0 when none is visible.
 func agentPID(id string) int {
-	var files []string
-	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*/" + id + "/cgroup.procs", "/sys/fs/cgroup/sbx/*/" + id + "/cgroup.procs"} {
-		m, _ := filepath.Glob(pat)
-		files = append(files, m...)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(line)
-			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			// The native backend's agent is its init stage gone on; local's
-			// is started as the agent stage.
-			if bytes.Contains(cmd, []byte("\x00"+boot.InitArg+"\x00")) || bytes.Contains(cmd, []byte("\x00"+boot.AgentArg+"\x00")) {
-				return pid
-			}
+	for _, pid := range sandboxPIDs(id) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		// The native backend's agent is its init stage gone on; local's
+		// is started as the agent stage.
+		if bytes.Contains(cmd, []byte("\x00"+boot.InitArg+"\x00")) || bytes.Contains(cmd, []byte("\x00"+boot.AgentArg+"\x00")) {
+			return pid
 		}
 	}
 	return 0

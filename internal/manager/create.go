@@ -144,7 +144,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	started := time.Since(startedAt)
+	startDone := time.Now()
 	if inst.Applied.Backend == "" {
 		inst.Applied.Backend = nd.Name
 	}
@@ -161,7 +161,7 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("waiting for the agent: %w", err)
 	}
-	ready := time.Since(startedAt) - started
+	agentReady := time.Now()
 	fault.Point(fault.Agent)
 
 	deadline := m.now().Add(spec.TTL)
@@ -179,8 +179,8 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	m.adopt(id, nd.Name, client, spec.TTL)
 	sb.Spec.Env = spec.Env
 	log.InfoContext(ctx, "sandbox created", logkey.Duration, time.Since(began), "level", inst.Applied.Level)
-	log.DebugContext(ctx, "create phases", "before_start", startedAt.Sub(began), "start", started, "agent_ready", ready,
-		"commit", time.Since(startedAt)-started-ready)
+	log.DebugContext(ctx, "create phases", "before_start", startedAt.Sub(began), "start", startDone.Sub(startedAt),
+		"agent_ready", agentReady.Sub(startDone), "commit", time.Since(agentReady))
 	return sb, nil
 }
 

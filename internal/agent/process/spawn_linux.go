@@ -199,12 +199,12 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 	}
 	err = osthread.Discarded(func() error {
 		if g.kind == treeV1 {
-			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", joinSelf); err != nil {
+			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", cgroup.ThisThread); err != nil {
 				return fmt.Errorf("joining freezer group: %w", err)
 			}
 		}
 		if t.cfg.PidsJoinFD > 0 {
-			if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", joinSelf); err != nil {
+			if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", cgroup.ThisThread); err != nil {
 				return fmt.Errorf("joining the work pids group: %w", err)
 			}
 		}
@@ -218,11 +218,6 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 	})
 	return pid, err
 }
-
-// joinSelf, written to a v1 group's "tasks", moves the writing thread: the
-// kernel then skips the threadgroup lock, whose write side waits for an RCU
-// grace period (milliseconds), that a thread id written there takes.
-const joinSelf = "0"
 
 // spawnThread is an OS thread that forks every process started outside v1
 // freezer groups: it joined the work pids group and was confined once, when
@@ -258,7 +253,7 @@ func (t *Table) spawner() *spawnThread {
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with the table
 			if t.cfg.PidsJoinFD > 0 {
-				if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", joinSelf); err != nil {
+				if err := cgroup.WriteFileAt(t.cfg.PidsJoinFD, "tasks", cgroup.ThisThread); err != nil {
 					st.err = fmt.Errorf("joining the work pids group: %w", err)
 				}
 			}

@@ -24,7 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -33,6 +33,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/backend"
+	"sbx/internal/isolation/cgroup"
 	"sbx/internal/osthread"
 	"sbx/internal/sandbox"
 )
@@ -346,7 +347,7 @@ func startRequest(r spawnRequest, fds []int) (*exec.Cmd, int, error) {
 	}
 	extra := make([]*os.File, r.Extra)
 	for i := range extra {
-		if slicesContains(r.Nil, i) {
+		if slices.Contains(r.Nil, i) {
 			continue
 		}
 		extra[i], rest = rest[0], rest[1:]
@@ -369,10 +370,8 @@ func startRequest(r spawnRequest, fds []int) (*exec.Cmd, int, error) {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2
 	}
 	err := osthread.Discarded(func() error {
-		for _, d := range r.V1 {
-			if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
-				return fmt.Errorf("joining cgroup %s: %w", d, err)
-			}
+		if err := cgroup.JoinThread(r.V1); err != nil {
+			return err
 		}
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
 			return fmt.Errorf("unsharing the working directory: %w", err)
@@ -386,13 +385,4 @@ func startRequest(r spawnRequest, fds []int) (*exec.Cmd, int, error) {
 		return nil, -1, err
 	}
 	return cmd, pidfd, nil
-}
-
-func slicesContains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

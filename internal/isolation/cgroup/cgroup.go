@@ -329,23 +329,30 @@ func (g *Group) ForkIn(fork func(v2fd int) error) error {
 		defer syscall.Close(fd)
 		v2fd = fd
 	}
-	var v1 []string
-	for _, d := range g.dirs() {
-		if d != g.v2 {
-			v1 = append(v1, d)
-		}
-	}
+	v1 := g.V1Dirs()
 	return osthread.Discarded(func() error {
-		for _, d := range v1 {
-			// "0" is the writing thread: the kernel then skips the
-			// threadgroup lock a thread id takes, whose write side waits for
-			// an RCU grace period (5-17 ms for the five joins here).
-			if err := writeFile(filepath.Join(d, "tasks"), "0"); err != nil {
-				return fmt.Errorf("joining cgroup %s: %w", d, err)
-			}
+		if err := JoinThread(v1); err != nil {
+			return err
 		}
 		return fork(v2fd)
 	})
+}
+
+// ThisThread, written to a v1 group's "tasks", moves the writing thread. The
+// kernel then skips the threadgroup lock that a thread id written there takes,
+// whose write side waits for an RCU grace period: 5-17 ms for the five joins
+// before a sandbox's fork.
+const ThisThread = "0"
+
+// JoinThread moves the calling OS thread into the v1 group directories dirs.
+// The caller locks the thread and discards it afterwards (osthread).
+func JoinThread(dirs []string) error {
+	for _, d := range dirs {
+		if err := writeFile(filepath.Join(d, "tasks"), ThisThread); err != nil {
+			return fmt.Errorf("joining cgroup %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // Procs lists the pids in the group and its descendants, in every hierarchy,

@@ -366,7 +366,8 @@ func (p *Pool) trimLoop() {
 		if !p.awaitCleaner() {
 			return
 		}
-		n, err := p.compact()
+		var n uint64
+		err := p.compact()
 		if err == nil {
 			n, err = p.Trim()
 		}
@@ -414,16 +415,16 @@ func (p *Pool) awaitCleaner() bool {
 // compact relocates the metadata block groups at most 10% full, so
 // the space between their few live nodes becomes free space FITRIM can
 // give back, and commits.
-func (p *Pool) compact() (uint64, error) {
+func (p *Pool) compact() error {
 	out, err := exec.Command("btrfs", "-q", "balance", "start", "-musage=10", p.mnt).CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("disk quota: compacting the metadata of %s: btrfs balance: %v: %s", p.mnt, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("disk quota: compacting the metadata of %s: btrfs balance: %v: %s", p.mnt, err, strings.TrimSpace(string(out)))
 	}
 	if fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 		ioctl(fd, iocSync, nil)
 		unix.Close(fd)
 	}
-	return 0, nil
+	return nil
 }
 
 // Trim gives the pool's free space back to the host (FITRIM: the loop device
