@@ -35,6 +35,9 @@ func TestExec(t *testing.T) {
 		{"stdin", sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("in put")}, 0, "exited", "in put", ""},
 		{"no stdin", sandbox.ExecRequest{Argv: []string{"cat"}}, 0, "exited", "", ""},
 		{"not found", sandbox.ExecRequest{Argv: []string{"no-such-command-sbx"}}, 127, "exited", "", "command not found"},
+		// The message of a command that cannot start goes through the same
+		// capture as any output: over the cap, its tail is kept.
+		{"not found, message over the cap", sandbox.ExecRequest{Argv: []string{strings.Repeat("a", 5000)}, OutputLimitBytes: 3600}, 127, "exited", "", "command not found"},
 		{"signaled", sandbox.ExecRequest{Shell: "kill -TERM $$"}, 128 + 15, "signaled", "", ""},
 		{"timeout", sandbox.ExecRequest{Argv: []string{"sleep", "100"}, Timeout: 50 * time.Millisecond}, 124, "timeout", "", ""},
 	}

@@ -397,7 +397,7 @@ func (t *Table) failed(p *Proc, err error) *Proc {
 	}
 	now := time.Now()
 	p.StartedAt, p.exitedAt = now, now
-	p.out[1].write([]byte("sbx: "+err.Error()+"\n"), nil)
+	p.output(Stderr, []byte("sbx: "+err.Error()+"\n"))
 	p.mu.Lock()
 	p.seal(&Result{ExitCode: code, Reason: ReasonExited})
 	p.mu.Unlock()
