@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -24,18 +25,26 @@ import (
 type confinement struct {
 	ruleset *landlock.Ruleset
 	filter  *seccomp.Program
+	// seccompID names the filter's profile in the report.
+	seccompID string
+
+	// proof is the report of the first thread confined, checked there; set
+	// by the first confine of the hook or by prove.
+	proveOnce sync.Once
+	proof     boot.Report
+	proofErr  error
 }
 
-// newConfinement builds the confinement cfg asks for and proves it: it
-// applies it once to a thrown-away thread and checks there that the kernel
-// enforces it. The report says, per layer, "applied" or why not; a layer cfg
-// does not ask for is not reported.
-func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report, error) {
+// newConfinement builds the confinement cfg asks for. The report says, per
+// layer, "applied" or why not; a layer cfg does not ask for is not reported.
+// The caller proves it (prove) before serving: the kernel's enforcement is
+// read back on a confined thread.
+func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report) {
 	rep := boot.Report{Layers: map[string]string{}}
 	for k, v := range cfg.Layers {
 		rep.Layers[k] = v
 	}
-	c := &confinement{}
+	c := &confinement{seccompID: cfg.SeccompID}
 	if cfg.Landlock != nil {
 		rs, err := landlock.Build(landlock.Rules{Read: cfg.Landlock.Read, Write: cfg.Landlock.Write})
 		if err != nil {
@@ -53,30 +62,73 @@ func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report, error) {
 			c.filter = p
 		}
 	}
-	if c.ruleset == nil && c.filter == nil {
-		return c, rep, nil
+	return c, rep
+}
+
+// empty reports whether there is nothing to confine with.
+func (c *confinement) empty() bool { return c.ruleset == nil && c.filter == nil }
+
+// hook is the process table's Confine: no_new_privs and the bounding set
+// always, Landlock and seccomp when configured. The first thread it confines
+// (the table's spawn thread, which every process is forked from) is also
+// where the confinement is proved.
+func (c *confinement) hook() func() error {
+	return func() error {
+		proved := false
+		c.proveOnce.Do(func() {
+			proved = true
+			c.proofErr = c.confine()
+			if c.proofErr == nil {
+				c.proof = c.check()
+			}
+		})
+		if proved {
+			return c.proofErr
+		}
+		return c.confine()
 	}
-	// The proof: on a thread of its own, confined as a process would be.
-	err := osthread.Discarded(func() error {
-		if err := c.confine(); err != nil {
-			return err
-		}
-		if c.ruleset != nil {
-			rep.Layers["landlock"] = probeLandlock()
-		}
-		if c.filter != nil {
-			rep.Layers["seccomp"] = probeSeccomp()
-			rep.SeccompProfile = cfg.SeccompID
-		}
-		if why := probeBounding(); why != "" {
-			rep.Layers["caps"] = why
-		}
+}
+
+// prove adds to rep what a confined thread shows of each layer: the spawn
+// thread's proof when the process table started one, else a thread of its
+// own, confined and thrown away.
+func (c *confinement) prove(rep *boot.Report) error {
+	if c.empty() {
 		return nil
-	})
-	if err != nil {
-		return nil, rep, err
 	}
-	return c, rep, nil
+	c.proveOnce.Do(func() {
+		c.proofErr = osthread.Discarded(func() error {
+			if err := c.confine(); err != nil {
+				return err
+			}
+			c.proof = c.check()
+			return nil
+		})
+	})
+	if c.proofErr != nil {
+		return c.proofErr
+	}
+	for k, v := range c.proof.Layers {
+		rep.Layers[k] = v
+	}
+	rep.SeccompProfile = c.proof.SeccompProfile
+	return nil
+}
+
+// check reads back, on the calling confined thread, what the kernel enforces.
+func (c *confinement) check() boot.Report {
+	rep := boot.Report{Layers: map[string]string{}}
+	if c.ruleset != nil {
+		rep.Layers["landlock"] = probeLandlock()
+	}
+	if c.filter != nil {
+		rep.Layers["seccomp"] = probeSeccomp()
+		rep.SeccompProfile = c.seccompID
+	}
+	if why := probeBounding(); why != "" {
+		rep.Layers["caps"] = why
+	}
+	return rep
 }
 
 // confine applies the confinement to the calling thread, which the caller
@@ -136,10 +188,6 @@ func probeSeccomp() string {
 	}
 	return "the kernel shows no seccomp mode"
 }
-
-// hook is the process table's Confine: no_new_privs and the bounding set
-// always, Landlock and seccomp when configured.
-func (c *confinement) hook() func() error { return c.confine }
 
 // probeBounding checks that the thread's bounding set is its effective set:
 // what the processes it forks start with.

@@ -27,6 +27,7 @@ import (
 	"sbx/internal/agent/process"
 	"sbx/internal/agent/service"
 	"sbx/internal/isolation/cgroup"
+	"sbx/internal/isolation/nsinit"
 	"sbx/internal/logkey"
 )
 
@@ -163,10 +164,9 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		return notServing("", err)
 	}
 	defer tree.Close()
-	conf, report, err := newConfinement(cfg)
-	if err != nil {
-		return notServing("confining processes: ", err)
-	}
+	nsinit.Mark("files")
+	conf, report := newConfinement(cfg)
+	nsinit.Mark("ruleset")
 	pidsJoin, pidsEvents, err := workPids(cfg)
 	if err != nil {
 		return notServing("the work pids group: ", err)
@@ -189,6 +189,11 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		Log:              log,
 	})
 	defer table.Close()
+	nsinit.Mark("table")
+	if err := conf.prove(&report); err != nil {
+		return notServing("confining processes: ", err)
+	}
+	nsinit.Mark("confinement")
 	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log,
 		Archive: files.ArchiveLimits{MaxBytes: cfg.ArchiveMaxBytes, MaxEntries: cfg.ArchiveMaxEntries}}, table, tree)
 	defer srv.Close()
@@ -204,6 +209,8 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if cfg.ReadyFD > 0 { // connections wait in the listen backlog until Serve accepts
+		nsinit.Mark("serve")
+		report.Marks = nsinit.Marks()
 		if len(report.Layers) > 0 {
 			if js, err := json.Marshal(report); err == nil {
 				unix.Write(cfg.ReadyFD, append([]byte(boot.ReadyPrefix), js...))

@@ -125,4 +125,15 @@ type Report struct {
 	Layers         map[string]string `json:"layers"`
 	LandlockABI    int               `json:"landlock_abi,omitempty"`
 	SeccompProfile string            `json:"seccomp_profile,omitempty"`
+	// Marks are when the process reached each step of its start, in order:
+	// the backend logs the time between them (the host and the sandbox share
+	// CLOCK_MONOTONIC: no time namespace).
+	Marks []Mark `json:"marks,omitempty"`
+}
+
+// Mark is a step of the init stage or agent and the CLOCK_MONOTONIC time,
+// in nanoseconds, at which it was done.
+type Mark struct {
+	Step string `json:"step"`
+	Mono int64  `json:"mono"`
 }

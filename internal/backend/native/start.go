@@ -142,15 +142,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	}
 	b.phases.mark("prepare")
 	fault.Point(fault.Rootfs)
-	g, err := d.layout.Create(d.cgroupPath(id))
-	if err != nil {
-		return nil, err
-	}
-	b.group = g
-	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
-		return nil, err
-	}
-	if err := g.SetLimits(d.limits(g, spec)); err != nil {
+	if err := d.makeGroup(b, spec); err != nil {
 		return nil, err
 	}
 	b.phases.mark("cgroup")
@@ -187,6 +179,20 @@ func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, err
 		Applied: iso,
 		Saved:   s,
 	}, nil
+}
+
+// makeGroup makes the sandbox's cgroups, delegated to its root, with the
+// limits of spec.
+func (d *Driver) makeGroup(b *box, spec sandbox.Spec) error {
+	g, err := d.layout.Create(d.cgroupPath(b.id))
+	if err != nil {
+		return err
+	}
+	b.group = g
+	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
+		return err
+	}
+	return g.SetLimits(d.limits(g, spec))
 }
 
 // prepare makes the sandbox's directory: the root mount point, upper and work
@@ -511,10 +517,13 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		}
 		return fmt.Errorf("reading the init stage's status: %w", err)
 	}
-	b.phases.mark("jail")
 	if b.report, err = backend.ReadyReport(msg); err != nil {
 		return fmt.Errorf("init stage: %w", err)
 	}
+	if b.report != nil {
+		b.phases.sandbox("fork", b.report.Marks)
+	}
+	b.phases.mark("jail")
 	// EOF with nothing said: the agent serves, or init exec'd a test's program,
 	// or the process died before it could say why.
 	if b.proc.Exited() && d.testArgv == nil {
@@ -597,9 +606,12 @@ type phases struct {
 	last  time.Time
 	names []string
 	took  []time.Duration
+	// mono is CLOCK_MONOTONIC at each mark: the sandbox's own marks
+	// (boot.Report.Marks) are timed from one of them.
+	mono map[string]int64
 }
 
-func newPhases() *phases { return &phases{last: time.Now()} }
+func newPhases() *phases { return &phases{last: time.Now(), mono: map[string]int64{}} }
 
 // mark ends the step named name.
 func (p *phases) mark(name string) {
@@ -607,6 +619,24 @@ func (p *phases) mark(name string) {
 	p.names = append(p.names, name)
 	p.took = append(p.took, now.Sub(p.last))
 	p.last = now
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+		p.mono[name] = ts.Nano()
+	}
+}
+
+// sandbox adds the steps the sandbox's init stage and agent marked, timed
+// from this side's mark from, as "jail.<step>".
+func (p *phases) sandbox(from string, marks []boot.Mark) {
+	last := p.mono[from]
+	for _, m := range marks {
+		if last == 0 || m.Mono < last {
+			return // not the same clock
+		}
+		p.names = append(p.names, "jail."+m.Step)
+		p.took = append(p.took, time.Duration(m.Mono-last))
+		last = m.Mono
+	}
 }
 
 func (p *phases) attrs() []any {

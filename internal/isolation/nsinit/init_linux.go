@@ -29,6 +29,7 @@ const maxPlanBytes = 1 << 20
 // configuration from the plan. StatusFD stays open on return: the
 // agent closes it once it serves. On error Main reports on StatusFD and exits 1.
 func Main() (agentConfig []byte) {
+	Mark("runtime") // exec, the Go runtime's start and package init
 	// Capabilities and no_new_privs are per thread: they are applied to every
 	// thread of the process, and this one, which execs when there is a program,
 	// stays put in case that is not possible.
@@ -66,6 +67,7 @@ func run() (agentConfig []byte, err error) {
 	if err != nil {
 		return nil, step("reading plan", err)
 	}
+	Mark("plan")
 	keep, err := CapMask(p.Caps)
 	if err != nil {
 		return nil, step("caps", err)
@@ -104,6 +106,7 @@ func run() (agentConfig []byte, err error) {
 		return nil, step("pivot_root", err)
 	}
 	layers["mntns"] = "applied"
+	Mark("mounts")
 	if err := loopbackUp(); err != nil {
 		return nil, step("loopback", err)
 	}
@@ -117,6 +120,7 @@ func run() (agentConfig []byte, err error) {
 		return nil, err
 	}
 	layers["caps"], layers["nnp"], layers["userns"] = checkCaps(keep, p.BoundingPerThread && p.Path == ""), checkNNP(), checkUserNS()
+	Mark("confine")
 	if p.Path == "" {
 		// The agent runs on in this process: every fd it holds stays open, none
 		// reaches a program it starts unless handed over explicitly.
