@@ -4,6 +4,9 @@
 
 GO      ?= go
 BIN     := bin/sbx
+# What runs inside every sandbox, built first and embedded in sbx
+# (internal/agentbin): a sandbox's Go start then loads the agent only.
+AGENT   := internal/agentbin/bin/sbx-agent
 GOFLAGS ?=
 # A static, cgo-free binary: the same file runs as the daemon and, inside every
 # sandbox, as the init and agent, whatever libc the sandbox's root holds; and
@@ -11,11 +14,14 @@ GOFLAGS ?=
 CGO_ENABLED := 0
 export GOFLAGS CGO_ENABLED
 
-.PHONY: all build run test test-unit test-e2e test-security deps deps-test bench soak soak-crash generate check-generated vet fmt clean
+.PHONY: all agent build run test test-unit test-e2e test-security deps deps-test bench soak soak-crash generate check-generated vet fmt clean
 
 all: build
 
-build:
+agent:
+	$(GO) build -o $(AGENT) ./cmd/sbx-agent
+
+build: agent
 	$(GO) build -o $(BIN) ./cmd/sbx
 
 # Starts `sbx serve` on the defaults: native backend, SQLite store in /var/lib/sbx
@@ -29,10 +35,10 @@ run: build
 deps:
 	./scripts/deps.sh
 
-test: deps vet
+test: deps agent vet
 	$(GO) test -count=1 -timeout 30m ./...
 
-test-unit: vet
+test-unit: agent vet
 	$(GO) test -count=1 -short ./...
 
 test-e2e: build
@@ -74,4 +80,4 @@ check-generated: generate
 	git diff --exit-code -- api/
 
 clean:
-	rm -rf bin
+	rm -rf bin $(AGENT)

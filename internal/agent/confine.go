@@ -17,14 +17,14 @@ import (
 	"sbx/api/agent/boot"
 	"sbx/internal/isolation/landlock"
 	"sbx/internal/isolation/nsinit"
-	"sbx/internal/isolation/seccomp"
+	"sbx/internal/isolation/seccomp/filter"
 	"sbx/internal/osthread"
 )
 
 // confinement is what every started process runs under.
 type confinement struct {
 	ruleset *landlock.Ruleset
-	filter  *seccomp.Program
+	filter  *filter.Program
 	// seccompID names the filter's profile in the report.
 	seccompID string
 
@@ -55,7 +55,7 @@ func newConfinement(cfg boot.AgentConfig) (*confinement, boot.Report) {
 		}
 	}
 	if len(cfg.Seccomp) > 0 {
-		p, err := seccomp.FromBytes(cfg.Seccomp)
+		p, err := filter.FromBytes(cfg.Seccomp)
 		if err != nil {
 			rep.Layers["seccomp"] = "the filter does not parse: " + err.Error()
 		} else {

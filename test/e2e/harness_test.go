@@ -42,12 +42,16 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	sbxBin = filepath.Join(dir, "sbx")
-	build := exec.Command("go", "build", "-o", sbxBin, "sbx/cmd/sbx")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as the Makefile builds it
-	if err := build.Run(); err != nil {
-		fmt.Println("e2e: building sbx:", err)
-		os.Exit(1)
+	// As the Makefile builds it: sbx-agent first, which sbx embeds (an
+	// unchanged one is not rewritten), both static.
+	for _, b := range [][]string{{"-o", "../../internal/agentbin/bin/sbx-agent", "sbx/cmd/sbx-agent"}, {"-o", sbxBin, "sbx/cmd/sbx"}} {
+		build := exec.Command("go", append([]string{"build"}, b...)...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if err := build.Run(); err != nil {
+			fmt.Println("e2e: building", b[len(b)-1]+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	stopShared()

@@ -5,6 +5,7 @@
 package native
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sbx/internal/agentbin"
 	"sbx/internal/backend"
 	"sbx/internal/isolation/cgroup"
 	"sbx/internal/isolation/mount"
@@ -42,8 +44,11 @@ type Driver struct {
 	opts   backend.Options
 	log    *slog.Logger
 	layout *cgroup.Layout
-	// exe is the sealed copy of opts.Exe every sandbox runs.
+	// exe is the sealed copy of opts.Exe: the spawner runs it.
 	exe string
+	// agentExe is the sealed sbx-agent every sandbox runs (its init stage
+	// and agent), or exe when there is none to use.
+	agentExe string
 	// skel and etc are the read-only layers shared by every sandbox.
 	skel mount.Skeleton
 	etc  string
@@ -96,6 +101,13 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	}
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	var why string
+	if d.agentExe, why, err = sealAgent(d.exe, filepath.Join(opts.DataDir, "bin")); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	if why != "" {
+		d.log.Info("sandboxes run the sbx binary itself, not sbx-agent", "reason", why)
 	}
 	if d.spawner, err = startSpawner(d.exe, opts.Instance); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
@@ -158,11 +170,29 @@ func seal(exe, dir string) (string, error) {
 		return "", fmt.Errorf("sealing the sbx binary: %w", err)
 	}
 	defer f.Close()
+	return sealFrom(f, dir, "sbx-")
+}
+
+// sealAgent seals the embedded sbx-agent (agentbin) as sbx-agent-<sha256
+// prefix> beside the sealed sbx binary, what every sandbox then runs; or,
+// when there is none to use, returns exe itself and why.
+func sealAgent(exe, dir string) (path, why string, err error) {
+	b, err := agentbin.Binary()
+	if err != nil {
+		return exe, err.Error(), nil
+	}
+	path, err = sealFrom(bytes.NewReader(b), dir, "sbx-agent-")
+	return path, "", err
+}
+
+// sealFrom copies r into dir as <prefix><sha256 prefix>, mode 0555, unless
+// present.
+func sealFrom(r io.ReadSeeker, dir, prefix string) (string, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, r); err != nil {
 		return "", fmt.Errorf("sealing the sbx binary: %w", err)
 	}
-	dst := filepath.Join(dir, "sbx-"+hex.EncodeToString(h.Sum(nil))[:16])
+	dst := filepath.Join(dir, prefix+hex.EncodeToString(h.Sum(nil))[:16])
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
@@ -174,10 +204,10 @@ func seal(exe, dir string) (string, error) {
 		return "", fmt.Errorf("sealing the sbx binary: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return "", fmt.Errorf("sealing the sbx binary: %w", err)
 	}
-	_, err = io.Copy(tmp, f)
+	_, err = io.Copy(tmp, r)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -76,10 +76,15 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	usernsWhy := d.missingReason(sandbox.LayerUserNS)
 	check("user namespaces", usernsWhy == "", "%s", usernsWhy)
 
-	check("static binary", !builtWithCgo(),
+	// The sandbox runs sbx-agent, which agentbin refuses when built with
+	// cgo, or else this very binary.
+	check("static binary", d.agentExe != d.exe || !builtWithCgo(),
 		"this sbx binary was built with cgo, so the init stage cannot confine every thread of the sandbox: rebuild it with CGO_ENABLED=0 (make build does)")
 
 	_, err = os.Stat(d.exe)
+	if err == nil {
+		_, err = os.Stat(d.agentExe)
+	}
 	check("sealed binary", err == nil, "the sealed copy of the sbx binary is missing (%v): restart sbx serve to make it again", err)
 
 	rep := backend.Report{Backend: Name, Available: true, Sandbox: true, Layers: d.layers(), Checks: checks}

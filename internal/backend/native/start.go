@@ -441,7 +441,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		return err
 	}
 	defer dir.Close()
-	exe, err := os.Open(d.exe)
+	exe, err := os.Open(d.agentExe)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,7 @@
 package seccomp
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
+
+	"sbx/internal/isolation/seccomp/filter"
 )
 
 // seccomp_data offsets.
@@ -29,46 +29,10 @@ const x32Bit = 0x40000000
 const maxRules = 256
 
 // Program is a compiled filter.
-type Program struct {
-	name string
-	ins  []bpf.RawInstruction
-}
+type Program = filter.Program
 
-// ID names the program: "<profile>@<first 12 hex digits of the SHA-256 of
-// its instructions>".
-func (p *Program) ID() string {
-	sum := sha256.Sum256(p.Bytes())
-	return p.name + "@" + hex.EncodeToString(sum[:6])
-}
-
-// Instructions returns the raw instructions.
-func (p *Program) Instructions() []bpf.RawInstruction { return p.ins }
-
-// Bytes is the program as struct sock_filter entries, 8 bytes each, in the
-// host's byte order: what another process loads with FromBytes.
-func (p *Program) Bytes() []byte {
-	b := make([]byte, 0, 8*len(p.ins))
-	for _, in := range p.ins {
-		b = binary.NativeEndian.AppendUint16(b, in.Op)
-		b = append(b, in.Jt, in.Jf)
-		b = binary.NativeEndian.AppendUint32(b, in.K)
-	}
-	return b
-}
-
-// FromBytes reads a program made by Bytes.
-func FromBytes(b []byte) (*Program, error) {
-	if len(b) == 0 || len(b)%8 != 0 || len(b)/8 > 4096 {
-		return nil, fmt.Errorf("a filter of %d bytes is not 1 to 4096 instructions", len(b))
-	}
-	p := &Program{name: "loaded"}
-	for i := 0; i < len(b); i += 8 {
-		p.ins = append(p.ins, bpf.RawInstruction{
-			Op: binary.NativeEndian.Uint16(b[i:]), Jt: b[i+2], Jf: b[i+3], K: binary.NativeEndian.Uint32(b[i+4:]),
-		})
-	}
-	return p, nil
-}
+// FromBytes reads a program made by Program.Bytes.
+func FromBytes(b []byte) (*Program, error) { return filter.FromBytes(b) }
 
 // Compile turns p into a filter: the architecture check, the floor, the
 // rules of the profiles p extends (outermost first), p's rules, then allow.
@@ -130,10 +94,10 @@ func Compile(p Profile) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %q: %w", p.Name, err)
 	}
-	if len(raw) > 4096 {
+	if len(raw) > filter.MaxInstructions {
 		return nil, fmt.Errorf("seccomp profile %q: %d instructions, the kernel takes 4096", p.Name, len(raw))
 	}
-	return &Program{name: p.Name, ins: raw}, nil
+	return filter.New(p.Name, raw), nil
 }
 
 // compileRule is one block per syscall of r: load the number, skip the block

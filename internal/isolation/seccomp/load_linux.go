@@ -1,28 +1,12 @@
 package seccomp
 
 import (
-	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// LoadThread installs the filter on the calling thread only (no TSYNC). The
-// caller holds runtime.LockOSThread, has set no_new_privs on the thread, and
-// discards the thread afterwards: the filter stays with it, and with every
-// process forked from it.
-func (p *Program) LoadThread() error {
-	prog := unix.SockFprog{Len: uint16(len(p.ins)), Filter: (*unix.SockFilter)(unsafe.Pointer(&p.ins[0]))}
-	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog)))
-	runtime.KeepAlive(p)
-	if errno != 0 {
-		return fmt.Errorf("seccomp(SET_MODE_FILTER): %w", errno)
-	}
-	return nil
-}
 
 // Supported reports whether the kernel filters syscalls with seccomp-bpf,
 // and why not.

@@ -189,12 +189,12 @@ func TestBytesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(back.ins) != len(prog.ins) {
-		t.Fatalf("%d instructions back from %d", len(back.ins), len(prog.ins))
+	if len(back.Instructions()) != len(prog.Instructions()) {
+		t.Fatalf("%d instructions back from %d", len(back.Instructions()), len(prog.Instructions()))
 	}
-	for i := range back.ins {
-		if back.ins[i] != prog.ins[i] {
-			t.Fatalf("instruction %d: %v, want %v", i, back.ins[i], prog.ins[i])
+	for i := range back.Instructions() {
+		if back.Instructions()[i] != prog.Instructions()[i] {
+			t.Fatalf("instruction %d: %v, want %v", i, back.Instructions()[i], prog.Instructions()[i])
 		}
 	}
 	if _, err := FromBytes(make([]byte, 7)); err == nil {

@@ -1,0 +1,30 @@
+// Command sbx-agent is the part of sbx that runs inside a sandbox: the jail's
+// init stage, which goes on as the agent. It is built first and embedded in
+// the sbx binary (internal/agentbin), which the native backend seals and
+// runs in every sandbox: a sandbox's one Go start then pays for the agent's
+// packages only, not the daemon's (the store, the CLI, the seccomp compiler).
+// It is not a command to run by hand.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"sbx/api/agent/boot"
+	"sbx/internal/agent"
+	"sbx/internal/isolation/nsinit"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case boot.InitArg:
+			cfg := nsinit.Main() // the jail's init; then this process is the agent
+			agent.Main(cfg, nsinit.Layers())
+		case boot.AgentArg:
+			agent.Main(nil, nil) // never returns
+		}
+	}
+	fmt.Fprintln(os.Stderr, "sbx-agent runs inside a sandbox, started by sbx serve; it is not a command to run by hand")
+	os.Exit(2)
+}

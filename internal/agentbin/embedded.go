@@ -1,0 +1,5 @@
+//go:build !sbx_self_agent
+
+package agentbin
+
+const selfAgent = false
