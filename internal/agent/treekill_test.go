@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -116,17 +117,51 @@ func testTreeKill(t *testing.T, cfg boot.AgentConfig, fd int) {
 	if !waitFor(func() bool { return gone(pid) }) {
 		t.Errorf("grandchild %d survived the tree kill", pid)
 	}
-	// The agent removes the process's group once it is empty.
-	if !waitFor(func() bool {
+	// The killed tree's group is left empty (and removed, or kept for the
+	// next process).
+	groups := func() (names []string, empty bool) {
+		empty = true
 		ents, _ := os.ReadDir(fmt.Sprintf("/proc/self/fd/%d", fd))
 		for _, e := range ents {
 			if e.IsDir() {
-				return false
+				names = append(names, e.Name())
+				procs, err := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d/%s/cgroup.procs", fd, e.Name()))
+				empty = empty && err == nil && len(strings.TrimSpace(string(procs))) == 0
 			}
 		}
-		return true
+		return names, empty
+	}
+	var names []string
+	if !waitFor(func() bool {
+		var empty bool
+		names, empty = groups()
+		return empty && len(names) <= 1
 	}) {
-		t.Errorf("the process's cgroup was not removed")
+		t.Fatalf("groups after the tree kill: %v, want at most one, empty", names)
+	}
+	// A process that ends leaves its group to the next: each runs in a group
+	// of its own (it says so in /proc/self/cgroup), and the second in the
+	// first's, made once.
+	var ran []string
+	for range 2 {
+		res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: 10 * time.Second}, false, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("Exec = %+v, %v", res, err)
+		}
+		var in string
+		for _, n := range slices.Concat(names, []string{"p2", "p3"}) {
+			if strings.Contains(string(res.Stdout), "/"+n+"\n") {
+				in = n
+			}
+		}
+		if in == "" {
+			t.Fatalf("a process outside the agent's groups %v:\n%s", names, res.Stdout)
+		}
+		ran = append(ran, in)
+		waitFor(func() bool { _, empty := groups(); return empty })
+	}
+	if ran[0] != ran[1] {
+		t.Errorf("two processes one after the other ran in groups %v: the first's was not lent to the second", ran)
 	}
 }
 

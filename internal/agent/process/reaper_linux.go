@@ -67,7 +67,7 @@ func sweepGroups() {
 	defer reaper.gmu.Unlock()
 	keep := reaper.groups[:0]
 	for _, g := range reaper.groups {
-		if done, err := g.remove(); !done && err == nil {
+		if done, err := g.release(); !done && err == nil {
 			keep = append(keep, g)
 		}
 	}
@@ -75,9 +75,9 @@ func sweepGroups() {
 	reaper.groups = keep
 }
 
-// removeGroup removes g now if it is empty, else once it is.
-func removeGroup(g *group) {
-	if done, err := g.remove(); done || err != nil {
+// releaseGroup releases g now if it is empty, else once it is.
+func releaseGroup(g *group) {
+	if done, err := g.release(); done || err != nil {
 		return
 	}
 	reaper.gmu.Lock()

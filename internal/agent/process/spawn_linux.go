@@ -114,12 +114,12 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 		p.closeStdio()
 		return nil, err
 	}
-	g, err := newGroup(t.kind, t.pfd, p.ID)
+	g, err := t.groups.get()
 	if err != nil {
 		return fail(err)
 	}
 	if g.kind == treeV2 {
-		attr.UseCgroupFD, attr.CgroupFD = true, int(g.dir.Fd())
+		attr.UseCgroupFD, attr.CgroupFD = true, int(g.cg.dir.Fd())
 	}
 	pidfd := -1
 	attr.PidFD = &pidfd
@@ -140,7 +140,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	reaper.mu.Unlock()
 	if err != nil {
-		g.remove()
+		g.release()
 		closeAll(readers)
 		p.closeStdio()
 		if errors.Is(err, syscall.EAGAIN) {
@@ -199,7 +199,7 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 	}
 	err = osthread.Discarded(func() error {
 		if g.kind == treeV1 {
-			if err := cgroup.WriteFileAt(int(g.dir.Fd()), "tasks", cgroup.ThisThread); err != nil {
+			if err := cgroup.WriteFileAt(int(g.cg.dir.Fd()), "tasks", cgroup.ThisThread); err != nil {
 				return fmt.Errorf("joining freezer group: %w", err)
 			}
 		}

@@ -89,9 +89,9 @@ type Config struct {
 
 // Table is the agent's process table, shared by every service.
 type Table struct {
-	cfg  Config
-	kind treeKind
-	pfd  int
+	cfg    Config
+	kind   treeKind
+	groups groupPool
 
 	spawnOnce sync.Once
 	spawn     *spawnThread // set by spawnOnce
@@ -123,10 +123,11 @@ func NewTable(cfg Config) *Table {
 	}
 	switch {
 	case cfg.CgroupFD > 0:
-		t.kind, t.pfd = treeV2, cfg.CgroupFD
+		t.kind, t.groups.parent = treeV2, cfg.CgroupFD
 	case cfg.FreezerFD > 0:
-		t.kind, t.pfd = treeV1, cfg.FreezerFD
+		t.kind, t.groups.parent = treeV1, cfg.FreezerFD
 	}
+	t.groups.kind = t.kind
 	startReaper()
 	if t.kind != treeV1 && (cfg.PidsJoinFD > 0 || cfg.Confine != nil) {
 		t.spawner() // now, while the sandbox starts, not on its first exec
@@ -293,6 +294,7 @@ func (t *Table) Close() {
 	if t.spawn != nil {
 		t.spawn.close()
 	}
+	t.groups.close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.devNull >= 0 {
@@ -653,7 +655,7 @@ func (p *Proc) seal(r *Result) {
 	close(p.done)
 	go p.CloseStdin() // not under p.mu: a write to stdin may be in progress
 	if p.group != nil {
-		removeGroup(p.group)
+		releaseGroup(p.group)
 	}
 	p.t.retire(p, int64(len(r.Stdout)+len(r.Stderr)))
 }

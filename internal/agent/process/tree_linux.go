@@ -29,30 +29,115 @@ const (
 
 // group is the cgroup of one process. The zero kind (treePgrp) has none.
 type group struct {
-	kind   treeKind
-	parent int    // the sandbox's cgroup directory fd (not owned)
-	name   string // relative to parent
+	kind treeKind
+	pool *groupPool
 
-	mu  sync.Mutex
-	dir *os.File // guarded by mu: the group's directory; nil once removed
+	mu sync.Mutex
+	cg *cgdir // guarded by mu: the directory; nil once released
 }
 
-// newGroup makes the group of process id under parent.
-func newGroup(kind treeKind, parent int, id string) (*group, error) {
-	g := &group{kind: kind, parent: parent, name: id}
-	if kind == treePgrp {
+// cgdir is a cgroup directory under the sandbox's, lent to one process at a
+// time.
+type cgdir struct {
+	name string
+	dir  *os.File
+	// killed: cgroup.kill was written here. Such a group is removed, not
+	// lent again: a kernel may kill a process forked into it later
+	// (CLONE_INTO_CGROUP compares kill counts of two different groups).
+	killed bool
+}
+
+// groupPool makes the table's process groups and keeps the empty ones for
+// the next processes: a cgroup's mkdir and rmdir cost far more than reading
+// that it is empty. A group is lent again only once no process is left in it
+// and its handle is released, so a kill through an old handle reaches
+// nothing.
+type groupPool struct {
+	kind   treeKind
+	parent int // the sandbox's cgroup directory fd (not owned)
+
+	mu     sync.Mutex
+	free   []*cgdir // guarded by mu
+	made   int      // guarded by mu: groups made, for their names
+	closed bool     // guarded by mu: no group is kept from now on
+}
+
+// maxFreeGroups bounds the empty groups a table keeps.
+const maxFreeGroups = 16
+
+// get lends a group: an empty one kept, else a new one.
+func (gp *groupPool) get() (*group, error) {
+	g := &group{kind: gp.kind, pool: gp}
+	if gp.kind == treePgrp {
 		return g, nil
 	}
-	if err := unix.Mkdirat(parent, id, 0o755); err != nil {
-		return nil, fmt.Errorf("making cgroup %s: %w", id, err)
+	gp.mu.Lock()
+	if len(gp.free) == 0 && !gp.closed { // groups emptied since the last reap
+		gp.mu.Unlock()
+		sweepGroups()
+		gp.mu.Lock()
 	}
-	fd, err := unix.Openat(parent, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if n := len(gp.free); n > 0 {
+		g.cg = gp.free[n-1]
+		gp.free[n-1] = nil
+		gp.free = gp.free[:n-1]
+		gp.mu.Unlock()
+		return g, nil
+	}
+	gp.made++
+	name := "p" + strconv.Itoa(gp.made)
+	gp.mu.Unlock()
+	if err := unix.Mkdirat(gp.parent, name, 0o755); err != nil {
+		return nil, fmt.Errorf("making cgroup %s: %w", name, err)
+	}
+	fd, err := unix.Openat(gp.parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unix.Unlinkat(parent, id, unix.AT_REMOVEDIR)
-		return nil, fmt.Errorf("opening cgroup %s: %w", id, err)
+		unix.Unlinkat(gp.parent, name, unix.AT_REMOVEDIR)
+		return nil, fmt.Errorf("opening cgroup %s: %w", name, err)
 	}
-	g.dir = os.NewFile(uintptr(fd), id)
+	g.cg = &cgdir{name: name, dir: os.NewFile(uintptr(fd), name)}
 	return g, nil
+}
+
+// put keeps the empty group c for another process, or removes it.
+func (gp *groupPool) put(c *cgdir) error {
+	gp.mu.Lock()
+	if !gp.closed && !c.killed && len(gp.free) < maxFreeGroups {
+		gp.free = append(gp.free, c)
+		gp.mu.Unlock()
+		return nil
+	}
+	gp.mu.Unlock()
+	return c.remove(gp.parent)
+}
+
+// close removes the groups kept; groups lent out are removed when released.
+func (gp *groupPool) close() {
+	gp.mu.Lock()
+	free := gp.free
+	gp.free, gp.closed = nil, true
+	gp.mu.Unlock()
+	for _, c := range free {
+		c.remove(gp.parent)
+	}
+}
+
+// remove removes the empty group.
+func (c *cgdir) remove(parent int) error {
+	c.dir.Close()
+	if err := unix.Unlinkat(parent, c.name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("removing cgroup %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// empty reports whether no process is left in the group.
+func (c *cgdir) empty() (bool, error) {
+	procs, err := cgroup.ReadFileAt(int(c.dir.Fd()), "cgroup.procs")
+	if err != nil {
+		return false, err
+	}
+	return len(bytes.TrimSpace(procs)) == 0, nil
 }
 
 // kill sends SIGKILL to every process of the tree. pgid is the process group
@@ -62,13 +147,14 @@ func (g *group) kill(pgid int) error {
 	if g.kind != treePgrp {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.dir == nil {
-			return nil // removed: it was empty
+		if g.cg == nil {
+			return nil // released: it was empty
 		}
 	}
 	switch g.kind {
 	case treeV2:
-		return cgroup.WriteFileAt(int(g.dir.Fd()), "cgroup.kill", "1")
+		g.cg.killed = true
+		return cgroup.WriteFileAt(int(g.cg.dir.Fd()), "cgroup.kill", "1")
 	case treeV1:
 		return g.freezeKill()
 	default:
@@ -82,7 +168,7 @@ func (g *group) kill(pgid int) error {
 // freezeKill freezes the v1 group so nothing in it can fork, kills every member,
 // thaws it so the kills land, and repeats until the group is empty.
 func (g *group) freezeKill() error {
-	fd := int(g.dir.Fd())
+	fd := int(g.cg.dir.Fd())
 	for range 100 {
 		if err := cgroup.WriteFileAt(fd, "freezer.state", "FROZEN"); err != nil {
 			return fmt.Errorf("freezing: %w", err)
@@ -115,26 +201,24 @@ func (g *group) freezeKill() error {
 	return errors.New("processes keep appearing in the freezer group")
 }
 
-// remove removes the group if it is empty; done is false while it is not.
-func (g *group) remove() (done bool, err error) {
+// release gives the group back once it is empty (kept for another process,
+// or removed); done is false while it is not empty.
+func (g *group) release() (done bool, err error) {
 	if g.kind == treePgrp {
 		return true, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	err = unix.Unlinkat(g.parent, g.name, unix.AT_REMOVEDIR)
-	switch {
-	case err == nil || err == unix.ENOENT:
-		if g.dir != nil {
-			g.dir.Close()
-			g.dir = nil
-		}
+	if g.cg == nil {
 		return true, nil
-	case err == unix.EBUSY:
-		return false, nil
-	default:
+	}
+	empty, err := g.cg.empty()
+	if err != nil || !empty {
 		return false, err
 	}
+	c := g.cg
+	g.cg = nil
+	return true, g.pool.put(c)
 }
 
 // pidsMax reads the max counter of the sandbox's pids.events (how many forks
