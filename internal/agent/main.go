@@ -200,8 +200,9 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
+	var act activity
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           act.track(srv.Handler()),
 		Protocols:         &protos,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -218,10 +219,12 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		}
 		unix.Close(cfg.ReadyFD)
 	}
-	go func() {
+	// The warm-up waits for a quiet moment: a sandbox used at once (no
+	// pool) serves its first requests without sharing its one P with it.
+	go act.whenIdle(warmIdle, func() {
 		warmUp()
 		srv.WarmAgent()
-	}()
+	})
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
 	select {
 	case <-ctx.Done():

@@ -6,14 +6,52 @@ package agent
 
 import (
 	"bufio"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/agent/service"
 )
+
+// warmIdle is how long the agent waits without a request before it warms up.
+const warmIdle = 10 * time.Millisecond
+
+// activity tracks the requests the agent serves, for whenIdle.
+type activity struct {
+	inFlight atomic.Int64
+	last     atomic.Int64 // time.Now().UnixNano() when a request last began or ended
+}
+
+// track wraps h so that its requests count as activity.
+func (a *activity) track(h http.Handler) http.Handler {
+	a.last.Store(time.Now().UnixNano())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.inFlight.Add(1)
+		a.last.Store(time.Now().UnixNano())
+		defer func() {
+			a.last.Store(time.Now().UnixNano())
+			a.inFlight.Add(-1)
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// whenIdle runs f once no request has been in flight for d.
+func (a *activity) whenIdle(d time.Duration, f func()) {
+	for {
+		quiet := time.Duration(time.Now().UnixNano() - a.last.Load())
+		if a.inFlight.Load() == 0 && quiet >= d {
+			f()
+			return
+		}
+		time.Sleep(max(d-quiet, time.Millisecond))
+	}
+}
 
 // warmUp builds the exec path's protobuf coders and maps the program's code.
 func warmUp() {

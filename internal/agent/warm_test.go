@@ -3,10 +3,13 @@ package agent
 import (
 	"bufio"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,5 +64,40 @@ func TestPopulateTextMapsAllCode(t *testing.T) {
 	_, after := codeResidency(t)
 	if after != size {
 		t.Errorf("after populateText %d of %d KiB of code are mapped (before: %d); want all", after, size, before)
+	}
+}
+
+// The warm-up waits while a request is in flight and for warmIdle after it,
+// then runs once.
+func TestWhenIdle(t *testing.T) {
+	var a activity
+	release := make(chan struct{})
+	h := a.track(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	served := make(chan struct{})
+	go func() {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		close(served)
+	}()
+	for a.inFlight.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ran := make(chan time.Time, 2)
+	go a.whenIdle(5*time.Millisecond, func() { ran <- time.Now() })
+	select {
+	case <-ran:
+		t.Fatal("ran while a request was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-served
+	ended := a.last.Load() // when the request ended
+	at := <-ran
+	if quiet := time.Duration(at.UnixNano() - ended); quiet < 5*time.Millisecond {
+		t.Errorf("ran %v after the request ended, want at least the idle time", quiet)
+	}
+	select {
+	case <-ran:
+		t.Error("ran twice")
+	case <-time.After(20 * time.Millisecond):
 	}
 }

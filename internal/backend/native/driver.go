@@ -49,9 +49,9 @@ type Driver struct {
 	// agentExe is the sealed sbx-agent every sandbox runs (its init stage
 	// and agent), or exe when there is none to use.
 	agentExe string
-	// skel and etc are the read-only layers shared by every sandbox.
+	// skel is the read-only layer under every sandbox's root, its /etc
+	// included.
 	skel mount.Skeleton
-	etc  string
 	// lowers are the host directories under the sandboxes' overlays, each
 	// attached in every sandbox as an idmapped copy (mount.IDMapped).
 	lowers []string
@@ -118,13 +118,14 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 		}
 	}()
 	layers := filepath.Join(opts.DataDir, "layers")
-	if d.skel, err = mount.BuildSkeleton(layers, "/"); err != nil {
+	etc, err := mount.BuildEtc(layers, "/etc")
+	if err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	if d.etc, err = mount.BuildEtc(layers, "/etc"); err != nil {
+	if d.skel, err = mount.BuildSkeleton(layers, "/", etc); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	d.lowers = []string{d.skel.Dir, "/usr", d.etc}
+	d.lowers = []string{d.skel.Dir, "/usr"}
 	if d.pool, err = quota.Open(opts.DataDir, poolBytes(opts.DataDir)); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}

@@ -224,7 +224,12 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 			return err
 		}
 	}
-	etc := filepath.Join(b.dir, "upper/etc")
+	// The sandbox's own /etc entries, over the skeleton's copy of the /etc
+	// layer (mount.BuildSkeleton).
+	etc := filepath.Join(b.dir, "upper/root/etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(etc, "hostname"), []byte(string(b.id)+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -232,7 +237,7 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 	if err := os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts), 0o644); err != nil {
 		return err
 	}
-	owned := append([]string{".", "upper/etc/hostname", "upper/etc/hosts"}, dirs...)
+	owned := append([]string{".", "upper/root/etc", "upper/root/etc/hostname", "upper/root/etc/hosts"}, dirs...)
 	for _, s := range owned {
 		if err := os.Lchown(filepath.Join(b.dir, s), int(b.uid), int(b.uid)); err != nil {
 			return err
@@ -245,10 +250,10 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 // the sandbox's directory.
 func lowerDir(i int) string { return "lower/" + strconv.Itoa(i) }
 
-// overlayNames are the per-sandbox layers: the root, /usr, /etc, and the
+// overlayNames are the per-sandbox layers: the root (with /etc), /usr, and the
 // host's top-level directories that are not merged-/usr symlinks.
 func (d *Driver) overlayNames() []string {
-	return append([]string{"root", "usr", "etc"}, d.skel.RealDirs...)
+	return append([]string{"root", "usr"}, d.skel.RealDirs...)
 }
 
 func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
@@ -265,7 +270,6 @@ func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
 		RootLayer: layer("root", "/", d.skel.Dir),
 		Overlays: []mount.Overlay{
 			layer("usr", "/usr", "/usr"),
-			layer("etc", "/etc", d.etc),
 		},
 		Binds: []mount.Bind{
 			{Source: "workspace", Target: "/workspace"},

@@ -39,9 +39,12 @@ type Skeleton struct {
 }
 
 // BuildSkeleton makes, under parent, the skeleton of a root modelled on the host
-// root hostRoot: the top-level directories and the host's merged-/usr symlinks. The layer is named by a hash
-// of its content and reused when present.
-func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
+// root hostRoot: the top-level directories and the host's merged-/usr
+// symlinks, and, when etc is not "", a copy of the layer etc (BuildEtc) as
+// its /etc: the root's overlay then covers /etc too, one overlay fewer per
+// sandbox. The layer is named by a hash of its content and reused when
+// present.
+func BuildSkeleton(parent, hostRoot, etc string) (Skeleton, error) {
 	var desc []string
 	var links [][2]string
 	var sk Skeleton
@@ -67,6 +70,9 @@ func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
 	for _, d := range skeletonDirs {
 		desc = append(desc, fmt.Sprintf("dir %s %o", d.path, d.mode))
 	}
+	if etc != "" { // its name is the hash of its content
+		desc = append(desc, "etc "+filepath.Base(etc))
+	}
 	dir, err := buildLayer(parent, "skel", desc, func(tmp string) error {
 		for _, d := range skeletonDirs {
 			p := filepath.Join(tmp, d.path)
@@ -87,7 +93,16 @@ func BuildSkeleton(parent, hostRoot string) (Skeleton, error) {
 				return err
 			}
 		}
-		return nil
+		if etc == "" {
+			return nil
+		}
+		return filepath.WalkDir(etc, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(etc, p)
+			return copyEntry(p, filepath.Join(tmp, "etc", rel))
+		})
 	})
 	sk.Dir = dir
 	return sk, err

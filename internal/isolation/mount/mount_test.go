@@ -33,7 +33,7 @@ func TestBuildSkeleton(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			host, parent := t.TempDir(), t.TempDir()
 			tc.setup(host)
-			sk, err := BuildSkeleton(parent, host)
+			sk, err := BuildSkeleton(parent, host, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestBuildSkeleton(t *testing.T) {
 			if fi, err := os.Stat(filepath.Join(sk.Dir, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 {
 				t.Errorf("skeleton /tmp is not sticky: %v", fi.Mode())
 			}
-			again, err := BuildSkeleton(parent, host)
+			again, err := BuildSkeleton(parent, host, "")
 			if err != nil || again.Dir != sk.Dir {
 				t.Errorf("second BuildSkeleton = %q, %v; want the same layer %q reused", again.Dir, err, sk.Dir)
 			}
