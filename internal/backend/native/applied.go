@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"sbx/api/agent/boot"
@@ -81,7 +82,7 @@ func sameNS(pid int, ns string) string {
 	if err != nil {
 		return err.Error()
 	}
-	ours, err := nsInode("/proc/self/ns/" + ns)
+	ours, err := ownNS(ns)
 	if err != nil {
 		return err.Error()
 	}
@@ -90,6 +91,26 @@ func sameNS(pid int, ns string) string {
 	}
 	return ""
 }
+
+// ownNS is the inode of this process's namespace ns: read once, it does not
+// change.
+func ownNS(ns string) (uint64, error) {
+	ownNSMu.Lock()
+	defer ownNSMu.Unlock()
+	if ino, ok := ownNSInodes[ns]; ok {
+		return ino, nil
+	}
+	ino, err := nsInode("/proc/self/ns/" + ns)
+	if err == nil {
+		ownNSInodes[ns] = ino
+	}
+	return ino, err
+}
+
+var (
+	ownNSMu     sync.Mutex
+	ownNSInodes = map[string]uint64{}
+)
 
 func nsInode(path string) (uint64, error) {
 	fi, err := os.Stat(path)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -125,16 +126,23 @@ func (d *Driver) missingReason(l string) string {
 			return "user namespaces are disabled: user.max_user_namespaces is 0"
 		}
 	case sandbox.LayerLandlock:
-		if abi, err := landlock.ABI(); err != nil || abi < 1 {
+		if abi, err := landlockABI(); err != nil || abi < 1 {
 			return fmt.Sprintf("Landlock is not available (%v): add landlock to the kernel's lsm= boot parameter", err)
 		}
 	case sandbox.LayerSeccomp:
-		if ok, why := seccomp.Supported(); !ok {
+		if ok, why := seccompSupported(); !ok {
 			return "seccomp filters are not available: " + why
 		}
 	}
 	return ""
 }
+
+// The kernel's Landlock ABI and seccomp support, asked once: every create
+// asks what this host can apply.
+var (
+	landlockABI      = sync.OnceValues(landlock.ABI)
+	seccompSupported = sync.OnceValues(seccomp.Supported)
+)
 
 // builtWithCgo reports whether this binary was built with cgo, which stops
 // syscall.AllThreadsSyscall, and so the init stage's confinement of every
