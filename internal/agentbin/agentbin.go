@@ -8,7 +8,11 @@ import (
 	"debug/buildinfo"
 	"embed"
 	"fmt"
+	"os"
 	"runtime/debug"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 //go:embed bin
@@ -50,6 +54,23 @@ func Binary() ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// Unmap drops b (what Binary returned) from this process's resident memory:
+// it is part of the binary's read-only data, read back from the file if it
+// is touched again. A daemon that has sealed it has no more use for it.
+func Unmap(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := (start + page - 1) &^ (page - 1) // whole pages within b only
+	hi := (start + uintptr(len(b))) &^ (page - 1)
+	if hi <= lo {
+		return
+	}
+	unix.Madvise(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), lo-start)), hi-lo), unix.MADV_DONTNEED)
 }
 
 func settings(s []debug.BuildSetting) map[string]string {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -171,29 +172,38 @@ func seal(exe, dir string) (string, error) {
 		return "", fmt.Errorf("sealing the sbx binary: %w", err)
 	}
 	defer f.Close()
-	return sealFrom(f, dir, "sbx-")
+	return sealFrom(f, dir, "")
 }
 
-// sealAgent seals the embedded sbx-agent (agentbin) as sbx-agent-<sha256
-// prefix> beside the sealed sbx binary, what every sandbox then runs; or,
-// when there is none to use, returns exe itself and why.
+// sealAgent seals the embedded sbx-agent (agentbin) beside the sealed sbx
+// binary, named after it (sbx-agent-<its hash>: sbx holds the agent, so
+// the name changes with either), what every sandbox then runs; or, when
+// there is none to use, returns exe itself and why.
 func sealAgent(exe, dir string) (path, why string, err error) {
 	b, err := agentbin.Binary()
 	if err != nil {
 		return exe, err.Error(), nil
 	}
-	path, err = sealFrom(bytes.NewReader(b), dir, "sbx-agent-")
+	defer agentbin.Unmap(b) // the copy is all the daemon needs of it
+	path = filepath.Join(dir, "sbx-agent-"+strings.TrimPrefix(filepath.Base(exe), "sbx-"))
+	if _, err := os.Stat(path); err == nil {
+		return path, "", nil
+	}
+	_, err = sealFrom(bytes.NewReader(b), dir, filepath.Base(path))
 	return path, "", err
 }
 
-// sealFrom copies r into dir as <prefix><sha256 prefix>, mode 0555, unless
-// present.
-func sealFrom(r io.ReadSeeker, dir, prefix string) (string, error) {
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return "", fmt.Errorf("sealing the sbx binary: %w", err)
+// sealFrom copies r into dir as name, mode 0555, unless present; name ""
+// is sbx-<sha256 prefix of r>.
+func sealFrom(r io.ReadSeeker, dir, name string) (string, error) {
+	if name == "" {
+		h := sha256.New()
+		if _, err := io.Copy(h, r); err != nil {
+			return "", fmt.Errorf("sealing the sbx binary: %w", err)
+		}
+		name = "sbx-" + hex.EncodeToString(h.Sum(nil))[:16]
 	}
-	dst := filepath.Join(dir, prefix+hex.EncodeToString(h.Sum(nil))[:16])
+	dst := filepath.Join(dir, name)
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
