@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"unsafe"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,21 +58,41 @@ func Binary() ([]byte, error) {
 	return b, nil
 }
 
-// Unmap drops b (what Binary returned) from this process's resident memory:
-// it is part of the binary's read-only data, read back from the file if it
-// is touched again. A daemon that has sealed it has no more use for it.
-func Unmap(b []byte) {
-	if len(b) == 0 {
-		return
+// Release gives back the memory reading the embedded binary took, once the
+// caller holds no reference to what Binary returned: the heap copy (a
+// garbage collection and the scavenger, at once) and the pages of this
+// program's read-only data it was copied from, which are the executable's
+// own and read back from it when touched again.
+func Release() error {
+	debug.FreeOSMemory()
+	self, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		return err
 	}
-	page := uintptr(os.Getpagesize())
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	lo := (start + page - 1) &^ (page - 1) // whole pages within b only
-	hi := (start + uintptr(len(b))) &^ (page - 1)
-	if hi <= lo {
-		return
+	ino := self.Sys().(*syscall.Stat_t).Ino
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return err
 	}
-	unix.Madvise(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), lo-start)), hi-lo), unix.MADV_DONTNEED)
+	for _, line := range strings.Split(string(maps), "\n") {
+		// start-end perms offset dev inode path
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "r--p" || f[4] != strconv.FormatUint(ino, 10) {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		// A private file mapping that was never written: its pages come
+		// back from the file.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
+			return os.NewSyscallError("madvise", errno)
+		}
+	}
+	return nil
 }
 
 func settings(s []debug.BuildSetting) map[string]string {

@@ -178,18 +178,20 @@ func seal(exe, dir string) (string, error) {
 // sealAgent seals the embedded sbx-agent (agentbin) beside the sealed sbx
 // binary, named after it (sbx-agent-<its hash>: sbx holds the agent, so
 // the name changes with either), what every sandbox then runs; or, when
-// there is none to use, returns exe itself and why.
+// there is none to use, returns exe itself and why. The embedded copy is
+// read only to make the sealed one.
 func sealAgent(exe, dir string) (path, why string, err error) {
-	b, err := agentbin.Binary()
-	if err != nil {
-		return exe, err.Error(), nil
-	}
-	defer agentbin.Unmap(b) // the copy is all the daemon needs of it
 	path = filepath.Join(dir, "sbx-agent-"+strings.TrimPrefix(filepath.Base(exe), "sbx-"))
 	if _, err := os.Stat(path); err == nil {
 		return path, "", nil
 	}
+	b, err := agentbin.Binary()
+	if err != nil {
+		return exe, err.Error(), nil
+	}
 	_, err = sealFrom(bytes.NewReader(b), dir, filepath.Base(path))
+	b = nil
+	agentbin.Release() // the daemon has no more use for it
 	return path, "", err
 }
 
