@@ -154,9 +154,15 @@ func mountOverlay(o Overlay, target string) error {
 	data := "lowerdir=" + strings.Join(o.Lower, ":") + ",upperdir=" + o.Upper + ",workdir=" + o.Work + ",userxattr"
 	// volatile (Linux 5.10+): no sync of the upper layer at unmount. A sandbox's
 	// layers never outlive its processes, so a sync at teardown is pure cost.
-	err := mount("mount", "overlay", target, "overlay", nosuidNodev, data+",volatile")
-	if errors.Is(err, unix.EINVAL) {
-		err = mount("mount", "overlay", target, "overlay", nosuidNodev, data)
+	// uuid=off (5.11+): no uuid xattr written on the fresh upper layer at
+	// each mount; nothing here uses one (no index, no NFS export). Older
+	// kernels refuse what they do not know: dropped one at a time.
+	var err error
+	for _, extra := range []string{",volatile,uuid=off", ",volatile", ""} {
+		err = mount("mount", "overlay", target, "overlay", nosuidNodev, data+extra)
+		if !errors.Is(err, unix.EINVAL) {
+			break
+		}
 	}
 	return err
 }
