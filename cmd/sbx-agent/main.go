@@ -3,7 +3,8 @@
 // the sbx binary (internal/agentbin), which the native backend seals and
 // runs in every sandbox: a sandbox's one Go start then pays for the agent's
 // packages only, not the daemon's (the store, the CLI, the seccomp compiler).
-// It is not a command to run by hand.
+// The native backend's spawner, which forks those sandboxes, runs from it
+// too, for the same smallness. It is not a command to run by hand.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/agent"
+	"sbx/internal/backend/native/forker"
 	"sbx/internal/isolation/nsinit"
 )
 
@@ -23,6 +25,8 @@ func main() {
 			agent.Main(cfg, nsinit.Layers())
 		case boot.AgentArg:
 			agent.Main(nil, nil) // never returns
+		case boot.SpawnerArg:
+			forker.Main() // the native backend's spawner; never returns
 		}
 	}
 	fmt.Fprintln(os.Stderr, "sbx-agent runs inside a sandbox, started by sbx serve; it is not a command to run by hand")

@@ -9,7 +9,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/agent"
-	"sbx/internal/backend/native"
+	"sbx/internal/backend/native/forker"
 	"sbx/internal/cli"
 	"sbx/internal/daemon"
 	"sbx/internal/isolation/nsinit"
@@ -24,7 +24,7 @@ func main() {
 		case boot.AgentArg:
 			agent.Main(nil, nil) // never returns
 		case boot.SpawnerArg:
-			native.SpawnerMain() // never returns
+			forker.Main() // never returns
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -45,10 +45,10 @@ type Driver struct {
 	opts   backend.Options
 	log    *slog.Logger
 	layout *cgroup.Layout
-	// exe is the sealed copy of opts.Exe: the spawner runs it.
+	// exe is the sealed copy of opts.Exe.
 	exe string
 	// agentExe is the sealed sbx-agent every sandbox runs (its init stage
-	// and agent), or exe when there is none to use.
+	// and agent), and the spawner; exe when there is none to use.
 	agentExe string
 	// skel is the read-only layer under every sandbox's root, its /etc
 	// included.
@@ -110,7 +110,8 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if why != "" {
 		d.log.Info("sandboxes run the sbx binary itself, not sbx-agent", "reason", why)
 	}
-	if d.spawner, err = startSpawner(d.exe, opts.Instance); err != nil {
+	// The spawner runs from sbx-agent too: a smaller process to fork from.
+	if d.spawner, err = startSpawner(d.agentExe, opts.Instance); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
 	defer func() {

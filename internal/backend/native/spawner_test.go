@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sbx/internal/backend/native/forker"
 	"sbx/internal/sandbox"
 	"sbx/internal/testutil"
 )
@@ -28,7 +29,7 @@ func TestSpawner(t *testing.T) {
 	defer dir.Close()
 	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	defer null.Close()
-	req := spawnRequest{Path: "/bin/sh", Args: []string{"sh", "-c", "exit 7"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+	req := forker.Request{Path: "/bin/sh", Args: []string{"sh", "-c", "exit 7"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 		UID: 3_000_000_000, Size: 65536}
 	for range 3 { // one after another: each exit reaches its own hold
 		pid, pidfd, err := s.spawn(req, dir, null, nil, []*os.File{nil, null})

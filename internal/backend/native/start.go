@@ -26,6 +26,7 @@ import (
 
 	"sbx/api/agent/boot"
 	"sbx/internal/backend"
+	"sbx/internal/backend/native/forker"
 	"sbx/internal/fault"
 	"sbx/internal/isolation/cgroup"
 	"sbx/internal/isolation/mount"
@@ -475,7 +476,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	// namespace translates, so its mounts resolve from there as the
 	// sandbox's root, which may not search the data dir above it. It is the
 	// root of its user namespace: every capability there, none on the host.
-	pid, pidfd, err := d.spawner.spawn(spawnRequest{
+	pid, pidfd, err := d.spawner.spawn(forker.Request{
 		// The sealed binary by its fd: the sandbox's root, which the exec
 		// already runs as, may not search the daemon's data dir.
 		Path:       "/proc/self/fd/" + strconv.Itoa(exeFD),
