@@ -52,6 +52,9 @@ type Instance struct {
 	Applied sandbox.Isolation
 	// Saved is driver-private; the manager stores it and passes it to Recover.
 	Saved []byte
+	// Serving: Start saw the agent serve (its ready report, or an answer),
+	// so the manager need not ask it before handing the sandbox out.
+	Serving bool
 }
 
 // Pauser is implemented by drivers that can freeze a sandbox in place.

@@ -155,9 +155,11 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	inst.Applied.AcceptedGaps = m.acceptedGaps(inst.Applied)
 
 	client = agentclient.New(id, inst.Dial)
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	err = client.WaitReady(rctx)
-	cancel()
+	if !inst.Serving {
+		rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		err = client.WaitReady(rctx)
+		cancel()
+	}
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("waiting for the agent: %w", err)
 	}

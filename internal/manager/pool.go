@@ -277,9 +277,11 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	}
 	inst.Applied.AcceptedGaps = m.acceptedGaps(inst.Applied)
 	client = agentclient.New(id, inst.Dial)
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	err = client.WaitReady(rctx)
-	cancel()
+	if !inst.Serving {
+		rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		err = client.WaitReady(rctx)
+		cancel()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -191,7 +191,11 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	}
 	b.applied = iso
 	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, logkey.Duration, time.Since(began))
-	return d.instance(b)
+	inst, err := d.instance(b)
+	if inst != nil {
+		inst.Serving = true // it answered WaitReady above
+	}
+	return inst, err
 }
 
 // readyFD is the agent's boot.AgentConfig.ReadyFD.

@@ -162,7 +162,11 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	b.applied = iso
 	d.log.InfoContext(ctx, "started", logkey.SandboxID, id, "pid", b.proc.Pid, "level", iso.Level, logkey.Duration, time.Since(began))
 	d.log.DebugContext(ctx, "start phases", append([]any{logkey.SandboxID, id}, b.phases.attrs()...)...)
-	return d.instance(b, iso)
+	inst, err := d.instance(b, iso)
+	if inst != nil {
+		inst.Serving = true // the agent wrote its ready report once it served
+	}
+	return inst, err
 }
 
 func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, error) {
