@@ -11,24 +11,11 @@ import (
 	"fmt"
 	"os"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agent"
-	"sbx/internal/backend/native/forker"
-	"sbx/internal/isolation/nsinit"
+	"sbx/internal/stage"
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case boot.InitArg:
-			cfg := nsinit.Main() // the jail's init; then this process is the agent
-			agent.Main(cfg, nsinit.Layers())
-		case boot.AgentArg:
-			agent.Main(nil, nil) // never returns
-		case boot.SpawnerArg:
-			forker.Main() // the native backend's spawner; never returns
-		}
-	}
+	stage.Run() // a stage never returns
 	fmt.Fprintln(os.Stderr, "sbx-agent runs inside a sandbox, started by sbx serve; it is not a command to run by hand")
 	os.Exit(2)
 }
