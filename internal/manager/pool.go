@@ -277,11 +277,13 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	}
 	inst.Applied.AcceptedGaps = m.acceptedGaps(inst.Applied)
 	client = agentclient.New(id, inst.Dial)
-	if !inst.Serving {
-		rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-		err = client.WaitReady(rctx)
-		cancel()
-	}
+	// Asked even when the driver saw it serve: off the create's path, the
+	// answer leaves the daemon's connection to the agent open and the
+	// agent's first request served, so the exec that takes the sandbox
+	// pays for neither.
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	err = client.WaitReady(rctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
