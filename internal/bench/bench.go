@@ -27,6 +27,31 @@ type PoolAPI interface {
 	Pool(ctx context.Context) (ready, size int, err error)
 }
 
+// CPUMeter is an API whose daemon's CPU use the bench can read, for the
+// throughput figure's CPU per cycle.
+type CPUMeter interface {
+	// CPU returns the CPU time used so far by the daemon, its helper
+	// processes (the native backend's spawner) and its sandboxes' processes.
+	CPU() (CPUUse, error)
+}
+
+// CPUUse is CPU time used so far, by whom.
+type CPUUse struct {
+	Daemon, Helpers, Sandboxes time.Duration
+}
+
+// CycleCPU is the CPU time of one create+exec+destroy cycle of the throughput
+// figure, by whom (kernel threads' deferred work, such as the btrfs cleaner's
+// and namespace teardown, is not counted), beside bubblewrap's per one-shot
+// run (bwrap and its `true`, as this process's children).
+type CycleCPU struct {
+	DaemonMS    float64 `json:"daemon_ms"`
+	HelpersMS   float64 `json:"helpers_ms"`
+	SandboxesMS float64 `json:"sandboxes_ms"`
+	TotalMS     float64 `json:"total_ms"`
+	BwrapMS     float64 `json:"bwrap_ms,omitempty"`
+}
+
 // Options size the run.
 type Options struct {
 	Runs        int // samples per latency figure (after warm-up)
@@ -66,6 +91,9 @@ type Report struct {
 	Exec Summary `json:"exec"`
 	// Throughput is create+exec+destroy cycles per second with Concurrency workers.
 	Throughput float64 `json:"cycles_per_second"`
+	// CycleCPU is the CPU one of those cycles costs. Absent when the API
+	// cannot tell its daemon's CPU (an external daemon).
+	CycleCPU *CycleCPU `json:"cpu_per_cycle,omitempty"`
 	// HostSpawn is `true` started by this process on the host, its output
 	// captured, and waited for: no sandbox, no daemon. It is the peer of Exec,
 	// the floor of every exec on this machine.
@@ -201,6 +229,13 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	}
 
 	opts.progress("throughput: %d create+exec+destroy cycles, %d workers", opts.Cycles, opts.Concurrency)
+	meter, _ := api.(CPUMeter)
+	var cpu0 CPUUse
+	if meter != nil {
+		if cpu0, err = meter.CPU(); err != nil {
+			meter = nil
+		}
+	}
 	rate, err := parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
 		_, err := coldStartAndDelete(ctx, api)
 		return err
@@ -209,6 +244,15 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 		return rep, err
 	}
 	rep.Throughput = rate
+	if meter != nil {
+		if cpu1, err := meter.CPU(); err == nil {
+			per := func(a, b time.Duration) float64 { return float64(b-a) / float64(time.Millisecond) / float64(opts.Cycles) }
+			c := &CycleCPU{DaemonMS: per(cpu0.Daemon, cpu1.Daemon), HelpersMS: per(cpu0.Helpers, cpu1.Helpers),
+				SandboxesMS: per(cpu0.Sandboxes, cpu1.Sandboxes)}
+			c.TotalMS = c.DaemonMS + c.HelpersMS + c.SandboxesMS
+			rep.CycleCPU = c
+		}
+	}
 
 	if bwrap, err := exec.LookPath("bwrap"); err != nil {
 		rep.BwrapUnavailable = "bwrap not installed (Debian package bubblewrap)"
@@ -219,10 +263,14 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 			rep.BwrapUnavailable = err.Error()
 		} else {
 			rep.BwrapOneShot = &bw
+			before := childrenCPU()
 			rep.BwrapThroughput, _ = parallel(ctx, opts.Concurrency, opts.Cycles, func() error {
 				_, err := runBwrap(ctx, bwrap, trueArgv...)
 				return err
 			})
+			if rep.CycleCPU != nil && rep.BwrapThroughput > 0 {
+				rep.CycleCPU.BwrapMS = float64(childrenCPU()-before) / float64(time.Millisecond) / float64(opts.Cycles)
+			}
 		}
 	}
 
@@ -602,6 +650,14 @@ func (r Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(tw, "create+exec+destroy (%d workers)\t%.1f /s\t\t\t%s\t%s\t%s\n", r.Concurrency, r.Throughput, bname, bt, tratio)
 	if r.NamespacesThroughput > 0 {
 		fmt.Fprintf(tw, "create+exec+destroy (%d workers)\t%.1f /s\t\t\t%s\t%.1f /s\t%.2fx\n", r.Concurrency, r.Throughput, "bare unshare + true", r.NamespacesThroughput, r.Throughput/r.NamespacesThroughput)
+	}
+	if c := r.CycleCPU; c != nil {
+		peer, ratio := "n/a", "n/a"
+		if c.BwrapMS > 0 {
+			peer, ratio = fmt.Sprintf("%.2f ms", c.BwrapMS), fmt.Sprintf("%.2fx", c.TotalMS/c.BwrapMS)
+		}
+		fmt.Fprintf(tw, "CPU per cycle (sandbox %.2f + daemon %.2f + spawner %.2f)	%.2f ms			%s CPU per run	%s	%s\n",
+			c.SandboxesMS, c.DaemonMS, c.HelpersMS, c.TotalMS, bname, peer, ratio)
 	}
 	if rt := r.RoundTrip; rt != nil {
 		fmt.Fprintf(tw, "API round trip (health), p50\t%.2f ms\t%.2f ms\t%.2f ms\t\t\t\n", rt.P50MS, rt.P90MS, rt.P99MS)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 type fakeAPI struct {
@@ -144,5 +145,29 @@ func TestNamespacesPeer(t *testing.T) {
 	rep.WriteTable(&buf)
 	if !strings.Contains(buf.String(), "bare unshare + true") {
 		t.Errorf("table lacks the namespaces row:\n%s", buf.String())
+	}
+}
+
+// processCPU reads a process's own CPU time from /proc, and it grows with
+// work done; DaemonCPU names what it cannot find.
+func TestProcessCPU(t *testing.T) {
+	before, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := before
+	for deadline := time.Now().Add(10 * time.Second); after <= before && time.Now().Before(deadline); {
+		for x := 0; x < 1e7; x++ { // work for a few clock ticks
+			_ = x * x
+		}
+		if after, err = processCPU(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after <= before {
+		t.Errorf("CPU time %v after 10 s of work, %v before: want it to grow", after, before)
+	}
+	if _, err := DaemonCPU(os.Getpid(), "no-such-instance"); err == nil || !strings.Contains(err.Error(), "no-such-instance") {
+		t.Errorf("DaemonCPU of an unknown instance: %v, want an error naming it", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sbx/api/agent/boot"
 )
 
@@ -148,4 +150,101 @@ func sandboxPIDs(id string) []int {
 		return pids
 	}
 	return nil
+}
+
+// childrenCPU is the CPU time of this process's children that it has waited
+// for (and of theirs that they waited for), user and system.
+func childrenCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_CHILDREN, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ).
+const clockTick = 10 * time.Millisecond
+
+// processCPU is the user and system CPU time of process pid so far.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command, which may hold spaces: state is field 3,
+	// utime 14 and stime 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// DaemonCPU is the CPU used so far by daemon pid, by its spawner (a child
+// whose argv names boot.SpawnerArg), and by the processes of the sandboxes
+// of its native instance, counted in the instance's cgroup (v1 cpuacct, else
+// v2 cpu.stat), which keeps what removed sandboxes used.
+func DaemonCPU(pid int, instance string) (CPUUse, error) {
+	var u CPUUse
+	var err error
+	if u.Daemon, err = processCPU(pid); err != nil {
+		return u, err
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
+		if bytes.Contains(cmd, []byte("\x00"+boot.SpawnerArg+"\x00")) {
+			if c, err := processCPU(child); err == nil {
+				u.Helpers += c
+			}
+		}
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/cpu*acct*/sbx/" + instance + "/cpuacct.usage"); len(dirs) > 0 {
+		b, err := os.ReadFile(dirs[0])
+		if err != nil {
+			return u, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return u, fmt.Errorf("%s: %w", dirs[0], err)
+		}
+		u.Sandboxes = time.Duration(ns)
+		return u, nil
+	}
+	for _, p := range []string{"/sys/fs/cgroup/sbx/" + instance + "/cpu.stat", "/sys/fs/cgroup/unified/sbx/" + instance + "/cpu.stat"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return u, fmt.Errorf("%s: %w", p, err)
+				}
+				u.Sandboxes = time.Duration(us) * time.Microsecond
+				return u, nil
+			}
+		}
+	}
+	return u, fmt.Errorf("no cgroup CPU count for instance %s", instance)
 }

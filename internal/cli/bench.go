@@ -64,7 +64,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		opts.DaemonPID = d.cmd.Process.Pid
-		api := &benchAPI{c: d.client}
+		api := &meteredAPI{benchAPI: &benchAPI{c: d.client}, pid: d.cmd.Process.Pid, dir: d.dir}
 		rep, err = bench.Run(ctx, api, opts)
 		rep.Isolation, _ = api.level.Load().(string)
 		d.stop()
@@ -135,6 +135,22 @@ func (a *benchAPI) Pool(ctx context.Context) (ready, size int, err error) {
 		return 0, 0, err
 	}
 	return h.Pool.Ready, h.Pool.Size, nil
+}
+
+// meteredAPI is a private daemon's benchAPI, whose CPU use the bench reads
+// (bench.CPUMeter).
+type meteredAPI struct {
+	*benchAPI
+	pid int
+	dir string // the daemon's data dir
+}
+
+func (a *meteredAPI) CPU() (bench.CPUUse, error) {
+	inst, err := os.ReadFile(filepath.Join(a.dir, "backends", "native", "instance"))
+	if err != nil {
+		return bench.CPUUse{}, fmt.Errorf("the private daemon's native instance: %w", err)
+	}
+	return bench.DaemonCPU(a.pid, strings.TrimSpace(string(inst)))
 }
 
 // privateDaemon is an `sbx serve` the bench started and owns.
