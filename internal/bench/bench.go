@@ -246,7 +246,9 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	rep.Throughput = rate
 	if meter != nil {
 		if cpu1, err := meter.CPU(); err == nil {
-			per := func(a, b time.Duration) float64 { return float64(b-a) / float64(time.Millisecond) / float64(opts.Cycles) }
+			per := func(a, b time.Duration) float64 {
+				return float64(b-a) / float64(time.Millisecond) / float64(opts.Cycles)
+			}
 			c := &CycleCPU{DaemonMS: per(cpu0.Daemon, cpu1.Daemon), HelpersMS: per(cpu0.Helpers, cpu1.Helpers),
 				SandboxesMS: per(cpu0.Sandboxes, cpu1.Sandboxes)}
 			c.TotalMS = c.DaemonMS + c.HelpersMS + c.SandboxesMS
