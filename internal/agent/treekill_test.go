@@ -184,3 +184,22 @@ func TestTreeKillPgrp(t *testing.T) {
 		t.Errorf("child %d in the process group survived", pid)
 	}
 }
+
+// A process group name already taken under the sandbox's group (not by this
+// agent) is skipped, not an error of the exec.
+func TestTreeKillGroupNameTaken(t *testing.T) {
+	fd := testCgroup(t, "")
+	taken := fmt.Sprintf("/proc/self/fd/%d/p1", fd)
+	if err := os.Mkdir(taken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(taken) })
+	a := startAgent(t, boot.AgentConfig{CgroupFD: fd})
+	res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: 10 * time.Second}, false, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Exec = %+v, %v", res, err)
+	}
+	if strings.Contains(string(res.Stdout), "/p1\n") || !strings.Contains(string(res.Stdout), "/p2\n") {
+		t.Errorf("the process's cgroups:\n%s\nwant p2, past the taken p1", res.Stdout)
+	}
+}

@@ -84,11 +84,22 @@ func (gp *groupPool) get() (*group, error) {
 		gp.mu.Unlock()
 		return g, nil
 	}
-	gp.made++
-	name := "p" + strconv.Itoa(gp.made)
 	gp.mu.Unlock()
-	if err := unix.Mkdirat(gp.parent, name, 0o755); err != nil {
-		return nil, fmt.Errorf("making cgroup %s: %w", name, err)
+	// A name taken by a group this table did not make (another agent's in
+	// the same directory) is skipped.
+	var name string
+	for {
+		gp.mu.Lock()
+		gp.made++
+		name = "p" + strconv.Itoa(gp.made)
+		gp.mu.Unlock()
+		err := unix.Mkdirat(gp.parent, name, 0o755)
+		if err == nil {
+			break
+		}
+		if err != unix.EEXIST {
+			return nil, fmt.Errorf("making cgroup %s: %w", name, err)
+		}
 	}
 	fd, err := unix.Openat(gp.parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
