@@ -66,7 +66,11 @@ func (l *Layout) Group(rel string) (*Group, error) {
 		if ctrl == "cpuacct" && l.V1["cpu"] == mnt {
 			continue // co-mounted with cpu: the cpu directory serves both
 		}
-		g.v1[ctrl] = filepath.Join(mnt, rel)
+		dir := filepath.Join(mnt, rel)
+		if ctrl == "freezer" && l.NoFreezer && !exists(dir) {
+			continue // the unified group kills and freezes; one made earlier is kept track of
+		}
+		g.v1[ctrl] = dir
 	}
 	if l.V2 != "" {
 		g.v2 = filepath.Join(l.V2, rel)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +208,58 @@ func TestHostGroup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Where the unified hierarchy's groups kill and freeze, groups are no
+// longer made in the v1 freezer hierarchy; one already there (an older
+// sbx's) is still part of its group, so it is killed and removed with it.
+func TestSkipFreezerIfV2Kills(t *testing.T) {
+	testutil.RequireRoot(t)
+	l, err := Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.V2 == "" || l.V1["freezer"] == "" {
+		t.Skip("requires a unified hierarchy beside a v1 freezer")
+	}
+	parent := fmt.Sprintf("sbx-test-%d", os.Getpid())
+	t.Cleanup(func() {
+		for _, root := range append(slices.Collect(maps.Values(l.V1)), l.V2) {
+			os.Remove(filepath.Join(root, parent))
+		}
+	})
+	if err := l.SkipFreezerIfV2Kills(parent); err != nil {
+		t.Fatal(err)
+	}
+	if !l.NoFreezer {
+		t.Skip("this kernel's unified groups lack cgroup.kill or cgroup.freeze")
+	}
+	g, err := l.Create(parent + "/new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := g.Dir("freezer"); d != "" || exists(filepath.Join(l.V1["freezer"], parent, "new")) {
+		t.Errorf("a new group has a v1 freezer directory (%q)", d)
+	}
+	if err := g.Remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(l.V1["freezer"], parent, "old")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, err = l.Group(parent + "/old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Dir("freezer") != old {
+		t.Errorf("an existing freezer group is not part of its group: %q, want %q", g.Dir("freezer"), old)
+	}
+	if err := g.Remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if exists(old) {
+		t.Errorf("%s left after Remove", old)
 	}
 }

@@ -28,6 +28,11 @@ type Layout struct {
 	V2 string
 	// V2Controllers are the controllers available at the v2 root.
 	V2Controllers []string
+	// NoFreezer: the unified hierarchy kills (cgroup.kill) and freezes
+	// (cgroup.freeze) a group, so new groups are not made in the v1 freezer
+	// hierarchy, which would add nothing; one an older sbx made there is
+	// still found, killed and removed (Group). See SkipFreezerIfV2Kills.
+	NoFreezer bool
 	// fake makes directories plain ones with regular files (NewFakeV2).
 	fake bool
 }
@@ -139,4 +144,21 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// SkipFreezerIfV2Kills makes the unified hierarchy's group at rel (sbx's
+// parent of its groups) with its missing ancestors, and, when a group there
+// has cgroup.kill and cgroup.freeze (Linux 5.14 and 5.2), sets NoFreezer:
+// the unified group then kills and freezes, and a v1 freezer group would
+// add nothing.
+func (l *Layout) SkipFreezerIfV2Kills(rel string) error {
+	if l.V2 == "" || l.V1["freezer"] == "" || l.fake {
+		return nil
+	}
+	dir := filepath.Join(l.V2, rel)
+	if err := l.mkdirParents(dir); err != nil {
+		return err
+	}
+	l.NoFreezer = exists(filepath.Join(dir, "cgroup.kill")) && exists(filepath.Join(dir, "cgroup.freeze"))
+	return nil
 }
