@@ -652,11 +652,13 @@ func (p *Proc) seal(r *Result) {
 	p.out = [2]*capture{}
 	p.result = r
 	p.subs = nil
-	close(p.done)
-	go p.CloseStdin() // not under p.mu: a write to stdin may be in progress
+	// The group goes back before anyone hears of the result, so the next
+	// process a caller starts can have it.
 	if p.group != nil {
 		releaseGroup(p.group)
 	}
+	close(p.done)
+	go p.CloseStdin() // not under p.mu: a write to stdin may be in progress
 	p.t.retire(p, int64(len(r.Stdout)+len(r.Stderr)))
 }
 
