@@ -5,10 +5,7 @@
 package agent
 
 import (
-	"bufio"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/internal/agent/service"
+	"sbx/internal/procmaps"
 )
 
 // warmIdle is how long the agent waits without a request before it warms up.
@@ -67,36 +65,11 @@ func warmUp() {
 // the code not yet touched (~2 MB), PSS by that divided among the agents. It
 // returns the kernel's refusal, if any.
 func populateText() error {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if !fileCode(fields) {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_POPULATE_READ); errno != 0 {
-			return os.NewSyscallError("madvise", errno)
-		}
-	}
-	return sc.Err()
+	return procmaps.Advise(fileCode, unix.MADV_POPULATE_READ)
 }
 
-// fileCode reports whether a /proc/<pid>/maps line, split into fields
-// (start-end perms offset dev inode path), maps code from a file: not
+// fileCode reports whether a mapping is code from a file: executable, not
 // anonymous, not [vdso] or [vsyscall].
-func fileCode(fields []string) bool {
-	return len(fields) >= 6 && fields[1] == "r-xp" && !strings.HasPrefix(fields[5], "[")
+func fileCode(m procmaps.Mapping) bool {
+	return m.Perms == "r-xp" && m.Path != "" && !strings.HasPrefix(m.Path, "[")
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/procmaps"
 )
 
 // codeResidency sums Size and Rss (KiB) over this process's file-backed
@@ -26,11 +28,11 @@ func codeResidency(t *testing.T) (size, rss int) {
 	in := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			in = fileCode(fields)
+		if m, ok := procmaps.Parse(sc.Text()); ok {
+			in = fileCode(m)
 			continue
 		}
+		fields := strings.Fields(sc.Text())
 		if !in || len(fields) < 2 {
 			continue
 		}

@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"sbx/internal/procmaps"
 )
 
 //go:embed bin
@@ -70,29 +70,9 @@ func Release() error {
 		return err
 	}
 	ino := self.Sys().(*syscall.Stat_t).Ino
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(maps), "\n") {
-		// start-end perms offset dev inode path
-		f := strings.Fields(line)
-		if len(f) < 6 || f[1] != "r--p" || f[4] != strconv.FormatUint(ino, 10) {
-			continue
-		}
-		lo, hi, _ := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		// A private file mapping that was never written: its pages come
-		// back from the file.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
-			return os.NewSyscallError("madvise", errno)
-		}
-	}
-	return nil
+	// A private file mapping that was never written: its pages come back
+	// from the file.
+	return procmaps.Advise(func(m procmaps.Mapping) bool { return m.Perms == "r--p" && m.Inode == ino }, unix.MADV_DONTNEED)
 }
 
 func settings(s []debug.BuildSetting) map[string]string {
