@@ -54,7 +54,8 @@ const (
 const cleanupTimeout = 30 * time.Second
 
 // cloneFlags are the namespaces of the init stage. It is born in its cgroups
-// (cgroup.Group.ForkIn), so its new cgroup namespace is rooted at them.
+// (the spawner forks it from a thread in them), so its new cgroup namespace is
+// rooted at them.
 // The user namespace comes first: every other namespace is owned by it, so
 // the capabilities the init holds there reach only the sandbox's own.
 const cloneFlags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS |

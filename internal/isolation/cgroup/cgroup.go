@@ -333,12 +333,19 @@ func (g *Group) ForkIn(fork func(v2fd int) error) error {
 		defer syscall.Close(fd)
 		v2fd = fd
 	}
-	v1 := g.V1Dirs()
+	return ForkInDirs(g.V1Dirs(), func() error { return fork(v2fd) })
+}
+
+// ForkInDirs runs fork on an OS thread of its own that first joins the v1
+// group directories v1 and is discarded afterwards: a process fork starts
+// there is born in those groups (ForkIn, for a Group; the native backend's
+// spawner, for directories it was sent).
+func ForkInDirs(v1 []string, fork func() error) error {
 	return osthread.Discarded(func() error {
 		if err := JoinThread(v1); err != nil {
 			return err
 		}
-		return fork(v2fd)
+		return fork()
 	})
 }
 

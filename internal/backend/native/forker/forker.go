@@ -33,7 +33,6 @@ import (
 
 	"sbx/internal/backend"
 	"sbx/internal/isolation/cgroup"
-	"sbx/internal/osthread"
 	"sbx/internal/sandbox"
 )
 
@@ -203,10 +202,7 @@ func start(r Request, fds []int) (*exec.Cmd, int, error) {
 	if v2 >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2
 	}
-	err := osthread.Discarded(func() error {
-		if err := cgroup.JoinThread(r.V1); err != nil {
-			return err
-		}
+	err := cgroup.ForkInDirs(r.V1, func() error {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
 			return fmt.Errorf("unsharing the working directory: %w", err)
 		}
