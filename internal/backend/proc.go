@@ -185,30 +185,21 @@ func DescribeExit(e sandbox.Exit) string {
 
 // ProcStart reads the start time of pid: field 22 of /proc/<pid>/stat.
 func ProcStart(pid int) (uint64, error) {
-	f, err := ProcStat(pid)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err
 	}
+	// The command name (field 2) may hold spaces and parentheses: skip past its last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
 	const field = 22 - 3 // fields after the name start at 3
 	if len(f) <= field {
 		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
 	}
 	return strconv.ParseUint(f[field], 10, 64)
-}
-
-// ProcStat returns the fields of /proc/<pid>/stat after the command name,
-// from field 3 (state) on: the name may hold spaces and parentheses, so they
-// are those past its last ')'.
-func ProcStat(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strings.Fields(string(b[i+1:])), nil
 }
 
 // Registry is the set of sandboxes a driver holds, by id. B is the driver's

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sbx/api/agent/boot"
-	"sbx/internal/backend"
 )
 
 // bwrapArgs is a one-shot bubblewrap sandbox comparable to sbx's jail: every
@@ -168,11 +167,18 @@ const clockTick = 10 * time.Millisecond
 
 // processCPU is the user and system CPU time of process pid so far.
 func processCPU(pid int) (time.Duration, error) {
-	f, err := backend.ProcStat(pid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
-	if len(f) < 13 { // utime and stime are fields 14 and 15
+	// The fields after the command, which may hold spaces: state is field 3,
+	// utime 14 and stime 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
@@ -193,13 +199,18 @@ func DaemonCPU(pid int, instance string) (CPUUse, error) {
 	if u.Daemon, err = processCPU(pid); err != nil {
 		return u, err
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
-		child, _ := strconv.Atoi(filepath.Base(p))
-		f, err := backend.ProcStat(child)
-		if err != nil || len(f) < 2 || f[1] != strconv.Itoa(pid) { // field 4: the parent
+		b, err := os.ReadFile(p)
+		if err != nil {
 			continue
 		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
 		if bytes.Contains(cmd, []byte("\x00"+boot.SpawnerArg+"\x00")) {
 			if c, err := processCPU(child); err == nil {
