@@ -21,6 +21,9 @@ type createWork struct {
 	Mounts    int // mount(2), open_tree, move_mount, mount_setattr
 	Mkdirs    int // mkdir, mkdirat
 	Unshares  int
+	// KernelLog is the overlayfs lines the kernel logged: a warning per
+	// mount is both work (printk to the console) and noise in the host's log.
+	KernelLog int
 }
 
 // createBudget is the most each count may be per cycle on a merged-/usr host
@@ -28,7 +31,7 @@ type createWork struct {
 // directory instead of a link into /usr (TopLinks) adds one overlay: one mount
 // and its dirs. Lower a figure when a change removes work; a change that adds
 // work fails here first.
-var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 22, Unshares: 1}
+var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 22, Unshares: 1, KernelLog: 0}
 
 // TestCreateWork is the regression guard of the create path's cost: it counts
 // work, not time, so it cannot flake on a noisy machine.
@@ -56,6 +59,11 @@ func TestCreateWork(t *testing.T) {
 	for _, pid := range childrenWith(d.cmd.Process.Pid, "__sbx_spawner") {
 		args = append(args, "-p", fmt.Sprint(pid))
 	}
+	kmsg, err := openKernelLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kmsg.Close()
 	tr := exec.Command(strace, args...)
 	if err := tr.Start(); err != nil {
 		t.Fatal(err)
@@ -75,9 +83,15 @@ func TestCreateWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := countWork(string(b))
+	logged := kernelLogSince(t, kmsg, "overlayfs:")
+	total.KernelLog = len(logged)
 	per := createWork{
 		GoStarts: ceilDiv(total.GoStarts, n), Processes: ceilDiv(total.Processes, n), Execs: ceilDiv(total.Execs, n),
 		Mounts: ceilDiv(total.Mounts, n), Mkdirs: ceilDiv(total.Mkdirs, n), Unshares: ceilDiv(total.Unshares, n),
+		KernelLog: ceilDiv(total.KernelLog, n),
+	}
+	if len(logged) > 0 {
+		t.Logf("kernel log during the cycles:\n%s", strings.Join(logged, "\n"))
 	}
 	t.Logf("per create+exec+delete: %+v (budget %+v)", per, budgetHere())
 	if total.GoStarts < n || per.Mounts == 0 {
@@ -95,6 +109,45 @@ func TestCreateWork(t *testing.T) {
 	check("mounts", per.Mounts, bud.Mounts)
 	check("mkdirs", per.Mkdirs, bud.Mkdirs)
 	check("unshares", per.Unshares, bud.Unshares)
+	check("overlayfs lines in the kernel log", per.KernelLog, bud.KernelLog)
+}
+
+// openKernelLog opens /dev/kmsg positioned after its last record: reads
+// then return only what the kernel logs from now on, one record each.
+func openKernelLog() (*os.File, error) {
+	fd, err := syscall.Open("/dev/kmsg", syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening the kernel log: %w", err)
+	}
+	if _, err := syscall.Seek(fd, 0, 2 /* SEEK_END */); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("seeking the kernel log: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/kmsg"), nil
+}
+
+// kernelLogSince returns the records logged since kmsg was opened (or last
+// read) whose text holds substr.
+func kernelLogSince(t *testing.T, kmsg *os.File, substr string) []string {
+	var out []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.Read(int(kmsg.Fd()), buf)
+		if err == syscall.EPIPE { // records overwritten meanwhile: go on from the next
+			continue
+		}
+		if err == syscall.EAGAIN || n <= 0 {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("reading the kernel log: %v", err)
+		}
+		// "prio,seq,usec,flags;text"
+		_, text, _ := strings.Cut(strings.TrimRight(string(buf[:n]), "\n"), ";")
+		if strings.Contains(text, substr) {
+			out = append(out, text)
+		}
+	}
 }
 
 // budgetHere is createBudget for this host's layout.

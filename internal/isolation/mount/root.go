@@ -154,11 +154,14 @@ func mountOverlay(o Overlay, target string) error {
 	data := "lowerdir=" + strings.Join(o.Lower, ":") + ",upperdir=" + o.Upper + ",workdir=" + o.Work + ",userxattr"
 	// volatile (Linux 5.10+): no sync of the upper layer at unmount. A sandbox's
 	// layers never outlive its processes, so a sync at teardown is pure cost.
-	// uuid=off (5.11+): no uuid xattr written on the fresh upper layer at
-	// each mount; nothing here uses one (no index, no NFS export). Older
-	// kernels refuse what they do not know: dropped one at a time.
+	// uuid=null (6.6+; uuid=off from 5.11 to 6.5 meant the same): no uuid
+	// xattr written on the fresh upper layer at each mount; nothing here uses
+	// one (no index, no NFS export). From 6.6, uuid=off with layers on two
+	// filesystems falls back to null and logs a kernel warning per mount: it
+	// is tried second. Older kernels refuse what they do not know: dropped
+	// one at a time.
 	var err error
-	for _, extra := range []string{",volatile,uuid=off", ",volatile", ""} {
+	for _, extra := range []string{",volatile,uuid=null", ",volatile,uuid=off", ",volatile", ""} {
 		err = mount("mount", "overlay", target, "overlay", nosuidNodev, data+extra)
 		if !errors.Is(err, unix.EINVAL) {
 			break
