@@ -9,8 +9,11 @@
 package openapi
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrorBody is every error response: {"error":{…}}.
@@ -139,6 +142,11 @@ type ExecRequest struct {
 	Background       bool   `json:"background,omitempty"`
 	OutputLimitBytes *int64 `json:"output_limit_bytes,omitempty"`
 	Tag              string `json:"tag,omitempty"`
+	// StreamBounded asks a streamed exec for a bounded live view: the
+	// process never waits for a slow reader; what the reader misses is
+	// dropped and reported by dropped events. A stream is otherwise complete:
+	// a slow reader slows the process, bounded by its timeout.
+	StreamBounded bool `json:"stream_bounded,omitempty"`
 }
 
 // ExecResult is how a process ended and what it printed.
@@ -177,14 +185,42 @@ const (
 	EventStarted = "started"
 	EventStdout  = "stdout"
 	EventStderr  = "stderr"
+	EventDropped = "dropped"
 	EventResult  = "result"
 	EventError   = "error"
 )
 
+// Text returns b as a JSON-safe string (invalid UTF-8 read as U+FFFD) and,
+// when b is not valid UTF-8, its exact bytes in base64: the data and
+// data_base64 of an output event, the stdout and stdout_base64 of a result.
+func Text(b []byte) (s, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
+}
+
+// FramesMediaType is the binary form of an exec or attach stream, for
+// clients that want the output's bytes as they came, at the cost of the
+// stream only: a sequence of frames, each an 8-byte header (kind, three zero
+// bytes, the payload's length as a big-endian uint32) and its payload. A
+// stdout or stderr frame carries the bytes themselves; an event frame carries
+// any other Event (started, dropped, result, error) as one JSON object, as
+// NDJSON would. Asked for with ?stream=frames or this Accept type.
+const FramesMediaType = "application/vnd.sbx.frames"
+
+// Frame kinds of FramesMediaType.
+const (
+	FrameEvent  = 0
+	FrameStdout = 1
+	FrameStderr = 2
+)
+
 // Event is one line of a stream. Type says which fields are set: started has
 // process_id and pid; stdout and stderr have data (and data_base64 when the
-// chunk is not valid UTF-8); result has the ExecResult fields inline; error has
-// error.
+// chunk is not valid UTF-8); dropped has stream and bytes (output not
+// delivered at that point: a bounded live view, or a replay of head and tail
+// only); result has the ExecResult fields inline; error has error.
 type Event struct {
 	Type string `json:"type"`
 	// Started.
@@ -193,10 +229,16 @@ type Event struct {
 	// Stdout, stderr.
 	Data       string `json:"data,omitempty"`
 	DataBase64 string `json:"data_base64,omitempty"`
+	// Dropped.
+	Stream string `json:"stream,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
 	// Result: the result's fields, inline on the wire.
 	Result *ExecResult `json:"-"`
 	// Error.
 	Error *ErrorDetail `json:"error,omitempty"`
+	// Raw is a stdout or stderr frame's bytes (FramesMediaType), never on
+	// the wire as JSON.
+	Raw []byte `json:"-"`
 }
 
 // MarshalJSON writes a result event's fields inline.

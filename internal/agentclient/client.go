@@ -236,7 +236,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool,
 	const op = "exec"
 	msg := &pb.ExecRequest{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Stdin: req.Stdin,
 		KeepStdinOpen: req.KeepStdinOpen, TimeoutMs: clampMs(req.Timeout), Background: req.Background,
-		Stream: stream, OutputLimitBytes: req.OutputLimitBytes, Tag: req.Tag}
+		Stream: stream, StreamBounded: req.StreamBounded, OutputLimitBytes: req.OutputLimitBytes, Tag: req.Tag}
 	if req.Timeout > 0 && msg.TimeoutMs == 0 {
 		msg.TimeoutMs = 1
 	}
@@ -288,6 +288,14 @@ func (c *Client) follow(op string, st *connect.ServerStreamForClient[pb.ExecEven
 				e = sandbox.ExecEvent{Stderr: ev.Output.GetData()}
 			}
 			if err := emit(e); err != nil {
+				return nil, err
+			}
+		case *pb.ExecEvent_Dropped:
+			d := &sandbox.Dropped{Stream: "stdout", Bytes: ev.Dropped.GetBytes()}
+			if ev.Dropped.GetStream() == pb.Stream_STREAM_STDERR {
+				d.Stream = "stderr"
+			}
+			if err := emit(sandbox.ExecEvent{Dropped: d}); err != nil {
 				return nil, err
 			}
 		case *pb.ExecEvent_Result:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ type daemon struct {
 	result   openapi.ExecResult // what exec ends with
 	local    bool               // sandboxes are on the local backend
 	execFail bool               // exec answers 404 for a missing command
+	dropped  int64              // exec reports this many bytes of stdout dropped
 }
 
 func newDaemon(t *testing.T) *daemon {
@@ -133,19 +135,33 @@ func (d *daemon) exec(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 404, "not_found", id, "exec "+id+": executable "+req.Argv[0]+" not found")
 		return
 	}
-	if r.Header.Get("Accept") != "application/x-ndjson" {
-		d.t.Errorf("exec without Accept: application/x-ndjson")
+	if r.Header.Get("Accept") != openapi.FramesMediaType {
+		d.t.Errorf("exec with Accept %q, want %s", r.Header.Get("Accept"), openapi.FramesMediaType)
 	}
-	enc := json.NewEncoder(w)
-	enc.Encode(openapi.Event{Type: "started", ProcessID: "p1", PID: 9})
-	enc.Encode(openapi.Event{Type: "stdout", Data: "out:" + strings.Join(req.Argv, "|") + "\n"})
-	enc.Encode(openapi.Event{Type: "stderr", Data: "\ufffd", DataBase64: "/w=="})
+	// The frames of openapi.FramesMediaType, as the daemon writes them.
+	w.Header().Set("Content-Type", openapi.FramesMediaType)
+	frame := func(kind byte, payload []byte) {
+		h := make([]byte, 8)
+		h[0] = kind
+		binary.BigEndian.PutUint32(h[4:], uint32(len(payload)))
+		w.Write(append(h, payload...))
+	}
+	event := func(ev openapi.Event) {
+		b, _ := ev.MarshalJSON()
+		frame(openapi.FrameEvent, b)
+	}
+	event(openapi.Event{Type: "started", ProcessID: "p1", PID: 9})
+	frame(openapi.FrameStdout, []byte("out:"+strings.Join(req.Argv, "|")+"\n"))
+	frame(openapi.FrameStderr, []byte{0xff})
 	if req.StdinBase64 != nil {
 		b, _ := base64.StdEncoding.DecodeString(*req.StdinBase64)
-		enc.Encode(openapi.Event{Type: "stdout", Data: string(b)})
+		frame(openapi.FrameStdout, b)
+	}
+	if d.dropped > 0 {
+		event(openapi.Event{Type: "dropped", Stream: "stdout", Bytes: d.dropped})
 	}
 	res := d.result
-	enc.Encode(openapi.Event{Type: "result", Result: &res})
+	event(openapi.Event{Type: "result", Result: &res})
 }
 
 func (d *daemon) upload(w http.ResponseWriter, r *http.Request) {
@@ -305,6 +321,13 @@ func TestExecStreamsAndArgv(t *testing.T) {
 	}
 	if code != 0 || strings.Join(types, ",") != "started,stdout,stderr,result" {
 		t.Errorf("exec --json = %d %v", code, types)
+	}
+	// A stream that dropped output (a bounded view; sbx exec never asks for
+	// one) is never silent.
+	d.dropped = 12345
+	_, errOut, _ = d.sbx("", "exec", id1, "--", "x")
+	if !strings.Contains(errOut, "12345 bytes of the command's stdout were not delivered") {
+		t.Errorf("exec with dropped output: stderr %q", errOut)
 	}
 }
 

@@ -120,11 +120,18 @@ const killGrace = 10 * time.Second
 // otherwise outlive the request.
 func execStream(ctx context.Context, e *env, c *client.Client, name, id string, req openapi.ExecRequest, jsonOut bool) int {
 	var processID string
+	dropped := map[string]int64{}
 	res, err := c.ExecStream(ctx, id, req, func(ev openapi.Event) error {
-		if ev.Type == openapi.EventStarted {
+		switch ev.Type {
+		case openapi.EventStarted:
 			processID = ev.ProcessID
+		case openapi.EventDropped:
+			dropped[ev.Stream] += ev.Bytes
 		}
 		if jsonOut {
+			if ev.Raw != nil { // a frame's bytes: as the NDJSON stream has them
+				ev.Data, ev.DataBase64 = openapi.Text(ev.Raw)
+			}
 			return e.printJSON(ev)
 		}
 		switch ev.Type {
@@ -146,6 +153,11 @@ func execStream(ctx context.Context, e *env, c *client.Client, name, id string, 
 			return 130
 		}
 		return e.fail(name, jsonOut, execErrorCode(err), err)
+	}
+	for _, stream := range []string{"stdout", "stderr"} {
+		if n := dropped[stream]; n > 0 && !jsonOut {
+			fmt.Fprintf(e.stderr, "sbx %s: %d bytes of the command's %s were not delivered (dropped by the live stream)\n", name, n, stream)
+		}
 	}
 	return client.ExitCode(res)
 }

@@ -124,7 +124,8 @@ func TestUnixSocket(t *testing.T) {
 
 func TestExecStream(t *testing.T) {
 	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Accept") != "application/x-ndjson" || r.URL.Path != "/v1/sandboxes/"+id+"/exec" {
+		// The client asks for frames; a daemon that answers NDJSON is read too.
+		if r.Header.Get("Accept") != openapi.FramesMediaType || r.URL.Path != "/v1/sandboxes/"+id+"/exec" {
 			t.Errorf("request %s %s Accept %q", r.Method, r.URL, r.Header.Get("Accept"))
 		}
 		io.WriteString(w, `{"type":"started","process_id":"p1","pid":3}`+"\n"+

@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"sbx/api/openapi"
 	"sbx/internal/sandbox"
@@ -38,28 +40,91 @@ func (c *Client) ExecBackground(ctx context.Context, id string, req openapi.Exec
 func (c *Client) ExecStream(ctx context.Context, id string, req openapi.ExecRequest, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
 	req.Background = false
 	resp, err := c.do(ctx, request{op: "exec", id: id, method: http.MethodPost, path: sandboxPath(id) + "/exec",
-		body: req, accept: "application/x-ndjson"})
+		body: req, accept: openapi.FramesMediaType})
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return readEvents("exec", id, resp.Body, fn)
+	return readStream("exec", id, resp, fn)
 }
 
 // Attach follows process pid's output until it ends; replay sends what it
 // printed so far first.
 func (c *Client) Attach(ctx context.Context, id, pid string, replay bool, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
 	resp, err := c.do(ctx, request{op: "attach", id: id, method: http.MethodGet, path: processPath(id, pid) + "/output",
-		query: url.Values{"replay": {strconv.FormatBool(replay)}}, accept: "application/x-ndjson"})
+		query: url.Values{"replay": {strconv.FormatBool(replay)}}, accept: openapi.FramesMediaType})
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return readEvents("attach", id, resp.Body, fn)
+	return readStream("attach", id, resp, fn)
 }
 
-// maxEventLine bounds one NDJSON line: output chunks are far smaller.
+// maxEventLine bounds one NDJSON line or frame: output chunks are far smaller.
 const maxEventLine = 16 << 20
+
+// readStream reads a stream of events in the form the daemon chose: frames
+// when it speaks them, else NDJSON.
+func readStream(op, id string, resp *http.Response, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), openapi.FramesMediaType) {
+		return readFrames(op, id, resp.Body, fn)
+	}
+	return readEvents(op, id, resp.Body, fn)
+}
+
+// readFrames reads a stream of frames (openapi.FramesMediaType) until its
+// result. Output frames become stdout and stderr events with Raw set.
+func readFrames(op, id string, r io.Reader, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var hdr [8]byte
+	var buf []byte
+	broken := func(err error) error {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: the stream ended without a result: %v", sandbox.ErrUnavailable, err)}
+	}
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return nil, broken(err)
+		}
+		n := binary.BigEndian.Uint32(hdr[4:])
+		if n > maxEventLine {
+			return nil, broken(fmt.Errorf("a frame of %d bytes", n))
+		}
+		if cap(buf) < int(n) {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return nil, broken(err)
+		}
+		var ev openapi.Event
+		switch hdr[0] {
+		case openapi.FrameStdout:
+			ev = openapi.Event{Type: openapi.EventStdout, Raw: buf}
+		case openapi.FrameStderr:
+			ev = openapi.Event{Type: openapi.EventStderr, Raw: buf}
+		case openapi.FrameEvent:
+			if err := json.Unmarshal(buf, &ev); err != nil {
+				return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: decoding the stream: %v", sandbox.ErrUnavailable, err)}
+			}
+		default:
+			continue // a kind this client does not know: skipped
+		}
+		if ev.Type == openapi.EventError && ev.Error != nil {
+			return nil, eventError(op, id, ev.Error)
+		}
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return nil, err
+			}
+		}
+		if ev.Type == openapi.EventResult {
+			return ev.Result, nil
+		}
+	}
+}
 
 // readEvents reads an NDJSON stream of events until its result.
 func readEvents(op, id string, r io.Reader, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
@@ -110,8 +175,12 @@ func eventError(op, id string, d *openapi.ErrorDetail) error {
 	return &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: ae}
 }
 
-// EventData returns the exact bytes of a stdout or stderr event.
+// EventData returns the exact bytes of a stdout or stderr event. A frame's
+// bytes (Raw) are valid only until the callback that got them returns.
 func EventData(ev openapi.Event) []byte {
+	if ev.Raw != nil {
+		return ev.Raw
+	}
 	if ev.DataBase64 != "" {
 		if b, err := base64.StdEncoding.DecodeString(ev.DataBase64); err == nil {
 			return b

@@ -28,6 +28,11 @@ type ExecRequest struct {
 	Background       bool
 	OutputLimitBytes int64
 	Tag              string
+	// StreamBounded asks a streamed exec for a bounded live view: the process
+	// never waits for a slow reader, and what the reader misses is dropped
+	// and reported (ExecEvent.Dropped). Without it a stream is complete: a
+	// slow reader slows the process, bounded by its timeout.
+	StreamBounded bool
 }
 
 // ExecResult is how a process ended and what it printed.
@@ -53,7 +58,15 @@ type ExecEvent struct {
 	Started *ProcessInfo
 	Stdout  []byte
 	Stderr  []byte
+	Dropped *Dropped
 	Result  *ExecResult
+}
+
+// Dropped says that Bytes of a stream's output were not delivered at this
+// point of the stream.
+type Dropped struct {
+	Stream string // "stdout" or "stderr"
+	Bytes  int64
 }
 
 // ProcessInfo describes a process the agent runs or ran.

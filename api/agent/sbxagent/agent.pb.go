@@ -257,14 +257,19 @@ type ExecRequest struct {
 	TimeoutMs uint32 `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// Return after started; the process keeps running.
 	Background bool `protobuf:"varint,8,opt,name=background,proto3" json:"background,omitempty"`
-	// Send output events as they come.
+	// Send output events as they come. The stream is complete: when the caller
+	// reads slower than the process writes, the process waits (its pipes fill),
+	// bounded by its timeout; nothing is dropped.
 	Stream bool `protobuf:"varint,9,opt,name=stream,proto3" json:"stream,omitempty"`
 	// Per-stream cap on the output kept in the result (head and tail); 0 means the agent's default.
 	OutputLimitBytes int64 `protobuf:"varint,10,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
 	// Optional caller-chosen tag (envd's ProcessSelector.tag). The id is always the agent's.
 	Tag string `protobuf:"bytes,11,opt,name=tag,proto3" json:"tag,omitempty"`
 	// Run in a PTY of this size; stdout then carries the terminal's output.
-	Pty           *PtySize `protobuf:"bytes,12,opt,name=pty,proto3" json:"pty,omitempty"`
+	Pty *PtySize `protobuf:"bytes,12,opt,name=pty,proto3" json:"pty,omitempty"`
+	// With stream: a bounded live view instead, which never slows the process.
+	// What a slow caller misses is dropped, and a Dropped event says how much.
+	StreamBounded bool `protobuf:"varint,13,opt,name=stream_bounded,json=streamBounded,proto3" json:"stream_bounded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +388,13 @@ func (x *ExecRequest) GetPty() *PtySize {
 	return nil
 }
 
+func (x *ExecRequest) GetStreamBounded() bool {
+	if x != nil {
+		return x.StreamBounded
+	}
+	return false
+}
+
 type ExecEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -391,6 +403,7 @@ type ExecEvent struct {
 	//	*ExecEvent_Output
 	//	*ExecEvent_Result
 	//	*ExecEvent_Keepalive
+	//	*ExecEvent_Dropped
 	Event         isExecEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -469,6 +482,15 @@ func (x *ExecEvent) GetKeepalive() *Keepalive {
 	return nil
 }
 
+func (x *ExecEvent) GetDropped() *Dropped {
+	if x != nil {
+		if x, ok := x.Event.(*ExecEvent_Dropped); ok {
+			return x.Dropped
+		}
+	}
+	return nil
+}
+
 type isExecEvent_Event interface {
 	isExecEvent_Event()
 }
@@ -489,6 +511,10 @@ type ExecEvent_Keepalive struct {
 	Keepalive *Keepalive `protobuf:"bytes,4,opt,name=keepalive,proto3,oneof"`
 }
 
+type ExecEvent_Dropped struct {
+	Dropped *Dropped `protobuf:"bytes,5,opt,name=dropped,proto3,oneof"`
+}
+
 func (*ExecEvent_Started) isExecEvent_Event() {}
 
 func (*ExecEvent_Output) isExecEvent_Event() {}
@@ -496,6 +522,63 @@ func (*ExecEvent_Output) isExecEvent_Event() {}
 func (*ExecEvent_Result) isExecEvent_Event() {}
 
 func (*ExecEvent_Keepalive) isExecEvent_Event() {}
+
+func (*ExecEvent_Dropped) isExecEvent_Event() {}
+
+// Dropped says that bytes of stream's output were not delivered at this point
+// of the stream: a bounded live view whose caller read too slowly, or a replay
+// of output kept as head and tail only.
+type Dropped struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        Stream                 `protobuf:"varint,1,opt,name=stream,proto3,enum=sbxagent.Stream" json:"stream,omitempty"`
+	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dropped) Reset() {
+	*x = Dropped{}
+	mi := &file_sbxagent_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dropped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dropped) ProtoMessage() {}
+
+func (x *Dropped) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
+func (*Dropped) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Dropped) GetStream() Stream {
+	if x != nil {
+		return x.Stream
+	}
+	return Stream_STREAM_UNSPECIFIED
+}
+
+func (x *Dropped) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
 
 type Started struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -507,7 +590,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sbxagent_agent_proto_msgTypes[5]
+	mi := &file_sbxagent_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +602,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[5]
+	mi := &file_sbxagent_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +615,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{5}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Started) GetId() string {
@@ -559,7 +642,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_sbxagent_agent_proto_msgTypes[6]
+	mi := &file_sbxagent_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +654,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[6]
+	mi := &file_sbxagent_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +667,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{6}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Output) GetStream() Stream {
@@ -609,7 +692,7 @@ type Keepalive struct {
 
 func (x *Keepalive) Reset() {
 	*x = Keepalive{}
-	mi := &file_sbxagent_agent_proto_msgTypes[7]
+	mi := &file_sbxagent_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +704,7 @@ func (x *Keepalive) String() string {
 func (*Keepalive) ProtoMessage() {}
 
 func (x *Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[7]
+	mi := &file_sbxagent_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +717,7 @@ func (x *Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keepalive.ProtoReflect.Descriptor instead.
 func (*Keepalive) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{7}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{8}
 }
 
 type ExecResult struct {
@@ -662,7 +745,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_sbxagent_agent_proto_msgTypes[8]
+	mi := &file_sbxagent_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +757,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[8]
+	mi := &file_sbxagent_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +770,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{8}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecResult) GetExitCode() int32 {
@@ -791,7 +874,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[9]
+	mi := &file_sbxagent_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +886,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[9]
+	mi := &file_sbxagent_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +899,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{9}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AttachRequest) GetId() string {
@@ -843,7 +926,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[10]
+	mi := &file_sbxagent_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +938,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[10]
+	mi := &file_sbxagent_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +951,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{10}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitRequest) GetId() string {
@@ -894,7 +977,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[11]
+	mi := &file_sbxagent_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +989,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[11]
+	mi := &file_sbxagent_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1002,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{11}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetProcessRequest) GetId() string {
@@ -937,7 +1020,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[12]
+	mi := &file_sbxagent_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1032,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[12]
+	mi := &file_sbxagent_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1045,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{12}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{13}
 }
 
 type ListProcessesResponse struct {
@@ -974,7 +1057,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[13]
+	mi := &file_sbxagent_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1069,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[13]
+	mi := &file_sbxagent_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1082,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{13}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessStatus {
@@ -1028,7 +1111,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_sbxagent_agent_proto_msgTypes[14]
+	mi := &file_sbxagent_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1123,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[14]
+	mi := &file_sbxagent_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1136,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{14}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProcessStatus) GetId() string {
@@ -1131,7 +1214,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[15]
+	mi := &file_sbxagent_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1226,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[15]
+	mi := &file_sbxagent_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1239,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{15}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteStdinRequest) GetId() string {
@@ -1188,7 +1271,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[16]
+	mi := &file_sbxagent_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1283,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[16]
+	mi := &file_sbxagent_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1296,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{16}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type SignalRequest struct {
@@ -1227,7 +1310,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[17]
+	mi := &file_sbxagent_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1322,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[17]
+	mi := &file_sbxagent_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1335,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{17}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SignalRequest) GetId() string {
@@ -1279,7 +1362,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[18]
+	mi := &file_sbxagent_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1374,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[18]
+	mi := &file_sbxagent_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1387,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{18}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SignalResponse) GetOutcome() string {
@@ -1326,7 +1409,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[19]
+	mi := &file_sbxagent_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1421,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[19]
+	mi := &file_sbxagent_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1434,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{19}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadFileRequest) GetPath() string {
@@ -1388,7 +1471,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	mi := &file_sbxagent_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1483,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	mi := &file_sbxagent_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1496,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{20}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadFileResponse) GetPath() string {
@@ -1457,7 +1540,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	mi := &file_sbxagent_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1552,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	mi := &file_sbxagent_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1565,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{21}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteFileRequest) GetPath() string {
@@ -1522,7 +1605,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	mi := &file_sbxagent_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1617,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	mi := &file_sbxagent_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1630,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{22}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteFileResponse) GetEntry() *filesystem.EntryInfo {
@@ -1570,7 +1653,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	mi := &file_sbxagent_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1665,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	mi := &file_sbxagent_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1678,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{23}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GlobRequest) GetPattern() string {
@@ -1629,7 +1712,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[24]
+	mi := &file_sbxagent_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1724,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[24]
+	mi := &file_sbxagent_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1737,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{24}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GlobResponse) GetPaths() []string {
@@ -1688,7 +1771,7 @@ type GrepRequest struct {
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[25]
+	mi := &file_sbxagent_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1783,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[25]
+	mi := &file_sbxagent_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1796,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{25}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrepRequest) GetPattern() string {
@@ -1769,7 +1852,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_sbxagent_agent_proto_msgTypes[26]
+	mi := &file_sbxagent_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1864,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[26]
+	mi := &file_sbxagent_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1877,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{26}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -1828,7 +1911,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[27]
+	mi := &file_sbxagent_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1923,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[27]
+	mi := &file_sbxagent_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1936,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{27}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -1884,7 +1967,7 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\tprocesses\x18\x05 \x01(\x05R\tprocesses\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xad\x03\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xd4\x03\n" +
 	"\vExecRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12\x10\n" +
@@ -1901,16 +1984,21 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\x12output_limit_bytes\x18\n" +
 	" \x01(\x03R\x10outputLimitBytes\x12\x10\n" +
 	"\x03tag\x18\v \x01(\tR\x03tag\x12#\n" +
-	"\x03pty\x18\f \x01(\v2\x11.sbxagent.PtySizeR\x03pty\x1a6\n" +
+	"\x03pty\x18\f \x01(\v2\x11.sbxagent.PtySizeR\x03pty\x12%\n" +
+	"\x0estream_bounded\x18\r \x01(\bR\rstreamBounded\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
 	"\tExecEvent\x12-\n" +
 	"\astarted\x18\x01 \x01(\v2\x11.sbxagent.StartedH\x00R\astarted\x12*\n" +
 	"\x06output\x18\x02 \x01(\v2\x10.sbxagent.OutputH\x00R\x06output\x12.\n" +
 	"\x06result\x18\x03 \x01(\v2\x14.sbxagent.ExecResultH\x00R\x06result\x123\n" +
-	"\tkeepalive\x18\x04 \x01(\v2\x13.sbxagent.KeepaliveH\x00R\tkeepaliveB\a\n" +
-	"\x05event\"+\n" +
+	"\tkeepalive\x18\x04 \x01(\v2\x13.sbxagent.KeepaliveH\x00R\tkeepalive\x12-\n" +
+	"\adropped\x18\x05 \x01(\v2\x11.sbxagent.DroppedH\x00R\adroppedB\a\n" +
+	"\x05event\"I\n" +
+	"\aDropped\x12(\n" +
+	"\x06stream\x18\x01 \x01(\x0e2\x10.sbxagent.StreamR\x06stream\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"+\n" +
 	"\aStarted\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\"F\n" +
@@ -2041,7 +2129,7 @@ func file_sbxagent_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_sbxagent_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sbxagent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_sbxagent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_sbxagent_agent_proto_goTypes = []any{
 	(Stream)(0),                   // 0: sbxagent.Stream
 	(*HealthRequest)(nil),         // 1: sbxagent.HealthRequest
@@ -2049,75 +2137,78 @@ var file_sbxagent_agent_proto_goTypes = []any{
 	(*PtySize)(nil),               // 3: sbxagent.PtySize
 	(*ExecRequest)(nil),           // 4: sbxagent.ExecRequest
 	(*ExecEvent)(nil),             // 5: sbxagent.ExecEvent
-	(*Started)(nil),               // 6: sbxagent.Started
-	(*Output)(nil),                // 7: sbxagent.Output
-	(*Keepalive)(nil),             // 8: sbxagent.Keepalive
-	(*ExecResult)(nil),            // 9: sbxagent.ExecResult
-	(*AttachRequest)(nil),         // 10: sbxagent.AttachRequest
-	(*WaitRequest)(nil),           // 11: sbxagent.WaitRequest
-	(*GetProcessRequest)(nil),     // 12: sbxagent.GetProcessRequest
-	(*ListProcessesRequest)(nil),  // 13: sbxagent.ListProcessesRequest
-	(*ListProcessesResponse)(nil), // 14: sbxagent.ListProcessesResponse
-	(*ProcessStatus)(nil),         // 15: sbxagent.ProcessStatus
-	(*WriteStdinRequest)(nil),     // 16: sbxagent.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 17: sbxagent.WriteStdinResponse
-	(*SignalRequest)(nil),         // 18: sbxagent.SignalRequest
-	(*SignalResponse)(nil),        // 19: sbxagent.SignalResponse
-	(*ReadFileRequest)(nil),       // 20: sbxagent.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 21: sbxagent.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 22: sbxagent.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 23: sbxagent.WriteFileResponse
-	(*GlobRequest)(nil),           // 24: sbxagent.GlobRequest
-	(*GlobResponse)(nil),          // 25: sbxagent.GlobResponse
-	(*GrepRequest)(nil),           // 26: sbxagent.GrepRequest
-	(*GrepMatch)(nil),             // 27: sbxagent.GrepMatch
-	(*GrepResponse)(nil),          // 28: sbxagent.GrepResponse
-	nil,                           // 29: sbxagent.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*filesystem.EntryInfo)(nil),  // 31: filesystem.EntryInfo
+	(*Dropped)(nil),               // 6: sbxagent.Dropped
+	(*Started)(nil),               // 7: sbxagent.Started
+	(*Output)(nil),                // 8: sbxagent.Output
+	(*Keepalive)(nil),             // 9: sbxagent.Keepalive
+	(*ExecResult)(nil),            // 10: sbxagent.ExecResult
+	(*AttachRequest)(nil),         // 11: sbxagent.AttachRequest
+	(*WaitRequest)(nil),           // 12: sbxagent.WaitRequest
+	(*GetProcessRequest)(nil),     // 13: sbxagent.GetProcessRequest
+	(*ListProcessesRequest)(nil),  // 14: sbxagent.ListProcessesRequest
+	(*ListProcessesResponse)(nil), // 15: sbxagent.ListProcessesResponse
+	(*ProcessStatus)(nil),         // 16: sbxagent.ProcessStatus
+	(*WriteStdinRequest)(nil),     // 17: sbxagent.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 18: sbxagent.WriteStdinResponse
+	(*SignalRequest)(nil),         // 19: sbxagent.SignalRequest
+	(*SignalResponse)(nil),        // 20: sbxagent.SignalResponse
+	(*ReadFileRequest)(nil),       // 21: sbxagent.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 22: sbxagent.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 23: sbxagent.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 24: sbxagent.WriteFileResponse
+	(*GlobRequest)(nil),           // 25: sbxagent.GlobRequest
+	(*GlobResponse)(nil),          // 26: sbxagent.GlobResponse
+	(*GrepRequest)(nil),           // 27: sbxagent.GrepRequest
+	(*GrepMatch)(nil),             // 28: sbxagent.GrepMatch
+	(*GrepResponse)(nil),          // 29: sbxagent.GrepResponse
+	nil,                           // 30: sbxagent.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*filesystem.EntryInfo)(nil),  // 32: filesystem.EntryInfo
 }
 var file_sbxagent_agent_proto_depIdxs = []int32{
-	29, // 0: sbxagent.ExecRequest.env:type_name -> sbxagent.ExecRequest.EnvEntry
+	30, // 0: sbxagent.ExecRequest.env:type_name -> sbxagent.ExecRequest.EnvEntry
 	3,  // 1: sbxagent.ExecRequest.pty:type_name -> sbxagent.PtySize
-	6,  // 2: sbxagent.ExecEvent.started:type_name -> sbxagent.Started
-	7,  // 3: sbxagent.ExecEvent.output:type_name -> sbxagent.Output
-	9,  // 4: sbxagent.ExecEvent.result:type_name -> sbxagent.ExecResult
-	8,  // 5: sbxagent.ExecEvent.keepalive:type_name -> sbxagent.Keepalive
-	0,  // 6: sbxagent.Output.stream:type_name -> sbxagent.Stream
-	15, // 7: sbxagent.ListProcessesResponse.processes:type_name -> sbxagent.ProcessStatus
-	30, // 8: sbxagent.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: sbxagent.ProcessStatus.result:type_name -> sbxagent.ExecResult
-	31, // 10: sbxagent.WriteFileResponse.entry:type_name -> filesystem.EntryInfo
-	27, // 11: sbxagent.GrepResponse.matches:type_name -> sbxagent.GrepMatch
-	1,  // 12: sbxagent.Agent.Health:input_type -> sbxagent.HealthRequest
-	4,  // 13: sbxagent.Agent.Exec:input_type -> sbxagent.ExecRequest
-	10, // 14: sbxagent.Agent.Attach:input_type -> sbxagent.AttachRequest
-	11, // 15: sbxagent.Agent.Wait:input_type -> sbxagent.WaitRequest
-	12, // 16: sbxagent.Agent.GetProcess:input_type -> sbxagent.GetProcessRequest
-	13, // 17: sbxagent.Agent.ListProcesses:input_type -> sbxagent.ListProcessesRequest
-	16, // 18: sbxagent.Agent.WriteStdin:input_type -> sbxagent.WriteStdinRequest
-	18, // 19: sbxagent.Agent.Signal:input_type -> sbxagent.SignalRequest
-	20, // 20: sbxagent.Agent.ReadFile:input_type -> sbxagent.ReadFileRequest
-	22, // 21: sbxagent.Agent.WriteFile:input_type -> sbxagent.WriteFileRequest
-	24, // 22: sbxagent.Agent.Glob:input_type -> sbxagent.GlobRequest
-	26, // 23: sbxagent.Agent.Grep:input_type -> sbxagent.GrepRequest
-	2,  // 24: sbxagent.Agent.Health:output_type -> sbxagent.HealthResponse
-	5,  // 25: sbxagent.Agent.Exec:output_type -> sbxagent.ExecEvent
-	5,  // 26: sbxagent.Agent.Attach:output_type -> sbxagent.ExecEvent
-	15, // 27: sbxagent.Agent.Wait:output_type -> sbxagent.ProcessStatus
-	15, // 28: sbxagent.Agent.GetProcess:output_type -> sbxagent.ProcessStatus
-	14, // 29: sbxagent.Agent.ListProcesses:output_type -> sbxagent.ListProcessesResponse
-	17, // 30: sbxagent.Agent.WriteStdin:output_type -> sbxagent.WriteStdinResponse
-	19, // 31: sbxagent.Agent.Signal:output_type -> sbxagent.SignalResponse
-	21, // 32: sbxagent.Agent.ReadFile:output_type -> sbxagent.ReadFileResponse
-	23, // 33: sbxagent.Agent.WriteFile:output_type -> sbxagent.WriteFileResponse
-	25, // 34: sbxagent.Agent.Glob:output_type -> sbxagent.GlobResponse
-	28, // 35: sbxagent.Agent.Grep:output_type -> sbxagent.GrepResponse
-	24, // [24:36] is the sub-list for method output_type
-	12, // [12:24] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 2: sbxagent.ExecEvent.started:type_name -> sbxagent.Started
+	8,  // 3: sbxagent.ExecEvent.output:type_name -> sbxagent.Output
+	10, // 4: sbxagent.ExecEvent.result:type_name -> sbxagent.ExecResult
+	9,  // 5: sbxagent.ExecEvent.keepalive:type_name -> sbxagent.Keepalive
+	6,  // 6: sbxagent.ExecEvent.dropped:type_name -> sbxagent.Dropped
+	0,  // 7: sbxagent.Dropped.stream:type_name -> sbxagent.Stream
+	0,  // 8: sbxagent.Output.stream:type_name -> sbxagent.Stream
+	16, // 9: sbxagent.ListProcessesResponse.processes:type_name -> sbxagent.ProcessStatus
+	31, // 10: sbxagent.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	10, // 11: sbxagent.ProcessStatus.result:type_name -> sbxagent.ExecResult
+	32, // 12: sbxagent.WriteFileResponse.entry:type_name -> filesystem.EntryInfo
+	28, // 13: sbxagent.GrepResponse.matches:type_name -> sbxagent.GrepMatch
+	1,  // 14: sbxagent.Agent.Health:input_type -> sbxagent.HealthRequest
+	4,  // 15: sbxagent.Agent.Exec:input_type -> sbxagent.ExecRequest
+	11, // 16: sbxagent.Agent.Attach:input_type -> sbxagent.AttachRequest
+	12, // 17: sbxagent.Agent.Wait:input_type -> sbxagent.WaitRequest
+	13, // 18: sbxagent.Agent.GetProcess:input_type -> sbxagent.GetProcessRequest
+	14, // 19: sbxagent.Agent.ListProcesses:input_type -> sbxagent.ListProcessesRequest
+	17, // 20: sbxagent.Agent.WriteStdin:input_type -> sbxagent.WriteStdinRequest
+	19, // 21: sbxagent.Agent.Signal:input_type -> sbxagent.SignalRequest
+	21, // 22: sbxagent.Agent.ReadFile:input_type -> sbxagent.ReadFileRequest
+	23, // 23: sbxagent.Agent.WriteFile:input_type -> sbxagent.WriteFileRequest
+	25, // 24: sbxagent.Agent.Glob:input_type -> sbxagent.GlobRequest
+	27, // 25: sbxagent.Agent.Grep:input_type -> sbxagent.GrepRequest
+	2,  // 26: sbxagent.Agent.Health:output_type -> sbxagent.HealthResponse
+	5,  // 27: sbxagent.Agent.Exec:output_type -> sbxagent.ExecEvent
+	5,  // 28: sbxagent.Agent.Attach:output_type -> sbxagent.ExecEvent
+	16, // 29: sbxagent.Agent.Wait:output_type -> sbxagent.ProcessStatus
+	16, // 30: sbxagent.Agent.GetProcess:output_type -> sbxagent.ProcessStatus
+	15, // 31: sbxagent.Agent.ListProcesses:output_type -> sbxagent.ListProcessesResponse
+	18, // 32: sbxagent.Agent.WriteStdin:output_type -> sbxagent.WriteStdinResponse
+	20, // 33: sbxagent.Agent.Signal:output_type -> sbxagent.SignalResponse
+	22, // 34: sbxagent.Agent.ReadFile:output_type -> sbxagent.ReadFileResponse
+	24, // 35: sbxagent.Agent.WriteFile:output_type -> sbxagent.WriteFileResponse
+	26, // 36: sbxagent.Agent.Glob:output_type -> sbxagent.GlobResponse
+	29, // 37: sbxagent.Agent.Grep:output_type -> sbxagent.GrepResponse
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sbxagent_agent_proto_init() }
@@ -2130,6 +2221,7 @@ func file_sbxagent_agent_proto_init() {
 		(*ExecEvent_Output)(nil),
 		(*ExecEvent_Result)(nil),
 		(*ExecEvent_Keepalive)(nil),
+		(*ExecEvent_Dropped)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2137,7 +2229,7 @@ func file_sbxagent_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sbxagent_agent_proto_rawDesc), len(file_sbxagent_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,7 @@ type capture struct {
 	spillLimit  int64
 	spilled     int64
 	spillCapped bool
-	spillFailed bool
+	spillFailed bool // or not wanted (Spec.NoSpill): no spill file is made
 }
 
 func newCapture(limit, spillLimit int64) *capture {

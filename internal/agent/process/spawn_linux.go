@@ -44,6 +44,9 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	p.out[0] = newCapture(limit, t.cfg.SpillLimitBytes)
 	p.out[1] = newCapture(limit, t.cfg.SpillLimitBytes)
+	if s.NoSpill {
+		p.out[0].spillFailed, p.out[1].spillFailed = true, true
+	}
 	t.mu.Lock()
 	for p.ID == "" || t.procs[p.ID] != nil {
 		p.ID = newID()
@@ -129,6 +132,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	pa := &syscall.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: attr}
 	p.pending = len(readers) + 1
+	p.readers = readers
 
 	reaper.mu.Lock()
 	p.StartedAt = time.Now()
@@ -337,17 +341,40 @@ func closeAll(fs []*os.File) {
 	}
 }
 
-// read copies one stream into the process's capture until EOF.
+// read copies one stream into the process's capture and followers until EOF,
+// at the pace of its slowest complete follower (output). Once the process
+// has exited, the stream ends when its pipe has been quiet for drainGrace (a
+// background descendant may hold it open); what comes later is read and
+// discarded, so that descendant never gets EPIPE.
 func (p *Proc) read(stream int, f *os.File) {
 	size := 32 << 10
 	if p.PTY {
 		size = 16 << 10
 	}
 	buf := make([]byte, size)
+	open := true
 	for {
+		if open && p.gone.Load() {
+			f.SetReadDeadline(time.Now().Add(drainGrace))
+		}
 		n, err := f.Read(buf)
-		if n > 0 {
-			p.output(stream, buf[:n])
+		if n > 0 && open {
+			for _, s := range p.output(stream, buf[:n]) {
+				s.waitRoom()
+			}
+		}
+		if n == len(buf) && len(buf) < bulkReadSize && !p.PTY {
+			// A full read: the process writes faster than the stream is
+			// read (a file cat'ed, a build's log). Larger reads from a
+			// larger pipe carry the same bytes in fewer events.
+			buf = make([]byte, bulkReadSize)
+			unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, bulkPipeSize) // best effort: the host's pipe-max-size caps it
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && open {
+			open = false
+			f.SetReadDeadline(time.Time{})
+			p.streamDone()
+			continue
 		}
 		if err != nil {
 			break
@@ -361,8 +388,18 @@ func (p *Proc) read(stream int, f *os.File) {
 	} else {
 		f.Close()
 	}
-	p.streamDone()
+	if open {
+		p.streamDone()
+	}
 }
+
+// Sizes for a stream whose process writes faster than it is read: the
+// reader's buffer, and the pipe's capacity (at most /proc/sys/fs/pipe-max-size,
+// 1 MiB by default, for a process without CAP_SYS_RESOURCE).
+const (
+	bulkReadSize = 256 << 10
+	bulkPipeSize = 1 << 20
+)
 
 // notRunnable is why a command could not be executed.
 type notRunnable struct {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,11 +28,14 @@ const (
 	retainAge   = 10 * time.Minute
 	retainCount = 1000
 	retainBytes = 64 << 20
-	// drainGrace is how long the result waits, after the process exited, for
-	// output still in flight (a background descendant may hold the pipes open).
+	// drainGrace is how long a stream stays open after the process exited
+	// and its pipe went quiet: a background descendant may hold the pipe
+	// open, and the result waits for no one's output but the process's own.
 	drainGrace = 200 * time.Millisecond
-	// subMax bounds the live output queued for one slow follower.
-	subMax = 8 << 20
+	// subMax bounds the live output queued for one follower: a complete
+	// follower that falls this far behind holds the process's pipes (the
+	// process waits), a bounded one loses what does not fit.
+	subMax = 1 << 20
 )
 
 // Exit reasons.
@@ -154,6 +158,9 @@ type Spec struct {
 	Timeout  time.Duration
 	// OutputLimitBytes overrides the table's default cap.
 	OutputLimitBytes int64
+	// NoSpill keeps head and tail only, never the whole output in a file:
+	// for a process whose caller follows all its output as it comes.
+	NoSpill bool
 	// Envs are the request's own variables, for envd's List.
 	Envs map[string]string
 }
@@ -172,10 +179,12 @@ type Result struct {
 	StdoutBytes, StderrBytes     int64
 }
 
-// Event is a chunk of output.
+// Event is a chunk of output, or, when Dropped is set, the number of bytes of
+// Stream a follower did not get at this point of the stream.
 type Event struct {
-	Stream int
-	Data   []byte
+	Stream  int
+	Data    []byte
+	Dropped int64
 }
 
 // Proc is one process the agent started. Its exported fields do not change.
@@ -208,8 +217,11 @@ type Proc struct {
 	killReason string
 	pending    int // streams still open, plus one for the exit status
 	timer      *time.Timer
-	drain      *time.Timer
 	result     *Result
+	// readers are the ends of the process's pipes (or its terminal) that
+	// the agent reads; set before the reading starts, never changed.
+	readers []*os.File
+	gone    atomic.Bool // the exit status is in: streams end once quiet
 }
 
 // Done is closed once the result is set.
@@ -435,53 +447,110 @@ func (p *Proc) Resize(sz Size) error {
 	return pty.Setsize(p.ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
 }
 
-// Sub follows the output of one process.
+// Sub follows the output of one process. A Sub is complete unless made
+// bounded: once subMax bytes wait in its queue, the process's output is not
+// read further until the follower drains it, so the pipes fill and the
+// process waits for its slowest complete follower; nothing is lost. A bounded
+// Sub never slows the process: what does not fit is dropped, and Drain
+// reports how much with a Dropped event where it happened.
 type Sub struct {
-	mu    sync.Mutex
-	q     []Event // guarded by mu
-	size  int     // guarded by mu
-	lost  int64   // guarded by mu
-	ready chan struct{}
+	bounded bool
+	ready   chan struct{}
+
+	mu     sync.Mutex
+	room   *sync.Cond // on mu: the queue went below subMax, or the Sub closed
+	q      []Event    // guarded by mu
+	size   int        // guarded by mu
+	lost   [2]int64   // guarded by mu: bytes dropped per stream since the last event queued
+	closed bool       // guarded by mu: no longer followed
 }
 
-func newSub() *Sub { return &Sub{ready: make(chan struct{}, 1)} }
+func newSub(bounded bool) *Sub {
+	s := &Sub{bounded: bounded, ready: make(chan struct{}, 1)}
+	s.room = sync.NewCond(&s.mu)
+	return s
+}
 
 // Ready is signalled when events are queued.
 func (s *Sub) Ready() <-chan struct{} { return s.ready }
 
-// Drain returns the queued events.
+// Drain returns the queued events, and lets the process's output be read
+// again if the queue held it back.
 func (s *Sub) Drain() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.q
-	if s.lost > 0 {
-		q = append(q, Event{Stream: Stdout, Data: fmt.Appendf(nil, "\n[sbx: %d bytes of live output were not delivered: the reader was too slow]\n", s.lost)})
-		s.lost = 0
-	}
+	q = s.appendLost(q)
 	s.q, s.size = nil, 0
+	s.room.Broadcast()
 	return q
 }
 
-func (s *Sub) push(ev Event) {
+// appendLost appends a Dropped event for each stream that lost bytes.
+func (s *Sub) appendLost(q []Event) []Event {
+	for i, n := range s.lost {
+		if n > 0 {
+			q = append(q, Event{Stream: i + 1, Dropped: n})
+			s.lost[i] = 0
+		}
+	}
+	return q
+}
+
+// push queues ev; it reports whether the queue is full, which for a complete
+// Sub means the reader must wait (waitRoom) before reading on.
+func (s *Sub) push(ev Event) (full bool) {
 	s.mu.Lock()
-	if s.size+len(ev.Data) > subMax {
-		s.lost += int64(len(ev.Data))
-	} else {
+	switch {
+	case s.closed:
+	case s.bounded && ev.Dropped == 0 && s.size+len(ev.Data) > subMax:
+		s.lost[ev.Stream-1] += int64(len(ev.Data))
+	default:
+		if s.bounded {
+			s.q = s.appendLost(s.q) // where the loss happened, before what follows it
+		}
 		s.q = append(s.q, ev)
 		s.size += len(ev.Data)
+		full = !s.bounded && s.size >= subMax
 	}
 	s.mu.Unlock()
 	select {
 	case s.ready <- struct{}{}:
 	default:
 	}
+	return full
 }
 
-// Subscribe follows the process's output from now on; with replay, the output
-// kept so far (head, a notice of what was dropped, tail) is queued first. On an
-// exited process it queues the replay only.
-func (p *Proc) Subscribe(replay bool) *Sub {
-	s := newSub()
+// waitRoom blocks while the queue is full and the Sub followed.
+func (s *Sub) waitRoom() {
+	s.mu.Lock()
+	for s.size >= subMax && !s.closed {
+		s.room.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// close ends following: queued events are dropped, a reader waiting for room
+// goes on.
+func (s *Sub) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.q, s.size = nil, 0
+	s.room.Broadcast()
+	s.mu.Unlock()
+}
+
+// Subscribe follows the process's output from now on, completely (see Sub);
+// with replay, the output kept so far (head, a Dropped event for what was
+// not kept, tail) is queued first. On an exited process it queues the replay
+// only. Every Sub must end with Unsubscribe.
+func (p *Proc) Subscribe(replay bool) *Sub { return p.subscribe(replay, false) }
+
+// SubscribeBounded is Subscribe for a bounded live view (see Sub).
+func (p *Proc) SubscribeBounded(replay bool) *Sub { return p.subscribe(replay, true) }
+
+func (p *Proc) subscribe(replay, bounded bool) *Sub {
+	s := newSub(bounded)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.result != nil {
@@ -501,7 +570,7 @@ func (p *Proc) Subscribe(replay bool) *Sub {
 			}
 			if c.dropped() > 0 {
 				s.push(Event{Stream: i + 1, Data: bytes.Clone(c.head)})
-				s.push(Event{Stream: i + 1, Data: fmt.Appendf(nil, "\n[sbx: %d bytes dropped]\n", c.dropped())})
+				s.push(Event{Stream: i + 1, Dropped: c.dropped()})
 				s.push(Event{Stream: i + 1, Data: bytes.Clone(c.tailBytes())})
 			} else {
 				s.push(Event{Stream: i + 1, Data: c.bytes()})
@@ -520,14 +589,17 @@ func (p *Proc) Unsubscribe(s *Sub) {
 	p.mu.Lock()
 	delete(p.subs, s)
 	p.mu.Unlock()
+	s.close()
 }
 
-// output records a chunk of stream.
-func (p *Proc) output(stream int, data []byte) {
+// output records a chunk of stream and queues it for the followers; it
+// returns the complete followers whose queues are full, for which the reader
+// must wait before it reads on.
+func (p *Proc) output(stream int, data []byte) (full []*Sub) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.result != nil {
-		return // a descendant writes after the result was sealed
+		return nil // a descendant writes after the result was sealed
 	}
 	c := p.out[stream-1]
 	c.write(data, func() (*os.File, string, error) {
@@ -547,9 +619,12 @@ func (p *Proc) output(stream int, data []byte) {
 	if len(p.subs) > 0 {
 		d := bytes.Clone(data)
 		for s := range p.subs {
-			s.push(Event{Stream: stream, Data: d})
+			if s.push(Event{Stream: stream, Data: d}) {
+				full = append(full, s)
+			}
 		}
 	}
+	return full
 }
 
 // streamDone is called when a stream reaches EOF.
@@ -575,25 +650,22 @@ func (p *Proc) exited(ws syscall.WaitStatus) {
 		syscall.Close(p.pidfd)
 		p.pidfd = 0
 	}
+	p.gone.Store(true)
+	// A stream still open ends once its pipe has been quiet for drainGrace
+	// (read): from now, reads wait no longer than that.
+	for _, f := range p.readers {
+		f.SetReadDeadline(time.Now().Add(drainGrace))
+	}
 	p.pending--
 	if p.pending == 0 {
 		p.finishLocked()
-		return
 	}
-	p.drain = time.AfterFunc(drainGrace, func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.finishLocked()
-	})
 }
 
 // finishLocked seals the result once the process has exited.
 func (p *Proc) finishLocked() {
 	if p.result != nil || p.status == nil {
 		return
-	}
-	if p.drain != nil {
-		p.drain.Stop()
 	}
 	ws := *p.status
 	r := &Result{Duration: p.exitedAt.Sub(p.StartedAt)}

@@ -52,7 +52,8 @@ func (a agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecRequ
 		return toConnect(errInvalid("argv or shell is required"))
 	}
 	ss := startSpec{argv: argv, cwd: m.GetCwd(), env: m.GetEnv(), stdin: len(m.GetStdin()) > 0 || m.GetKeepStdinOpen(),
-		tag: m.GetTag(), timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, limit: m.GetOutputLimitBytes()}
+		tag: m.GetTag(), timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, limit: m.GetOutputLimitBytes(),
+		followed: m.GetStream() && !m.GetStreamBounded() && !m.GetBackground()}
 	if m.GetPty() != nil {
 		ss.pty = &process.Size{Cols: uint16(m.GetPty().GetCols()), Rows: uint16(m.GetPty().GetRows())}
 	}
@@ -75,7 +76,11 @@ func (a agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecRequ
 		}()
 	}
 	var sub *process.Sub
-	if m.GetStream() && !m.GetBackground() {
+	switch {
+	case !m.GetStream() || m.GetBackground():
+	case m.GetStreamBounded():
+		sub = p.SubscribeBounded(true)
+	default:
 		sub = p.Subscribe(true)
 	}
 	return a.follow(ctx, p, sub, stream, m.GetBackground())
@@ -90,6 +95,9 @@ func (a agentService) follow(ctx context.Context, p *process.Proc, sub *process.
 		return err
 	}
 	ended, err := follow(ctx, p, sub, agentKeepalive, func(ev process.Event) error {
+		if ev.Dropped > 0 {
+			return stream.Send(&pb.ExecEvent{Event: &pb.ExecEvent_Dropped{Dropped: &pb.Dropped{Stream: pb.Stream(ev.Stream), Bytes: ev.Dropped}}})
+		}
 		return stream.Send(&pb.ExecEvent{Event: &pb.ExecEvent_Output{Output: &pb.Output{Stream: pb.Stream(ev.Stream), Data: ev.Data}}})
 	}, func() error {
 		return stream.Send(&pb.ExecEvent{Event: &pb.ExecEvent_Keepalive{Keepalive: &pb.Keepalive{}}})

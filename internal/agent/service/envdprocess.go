@@ -63,7 +63,7 @@ func (e envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartReq
 		return toConnect(errInvalid("process.cmd is required"))
 	}
 	ss := startSpec{argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), cwd: cfg.GetCwd(), env: cfg.GetEnvs(),
-		stdin: req.Msg.Stdin == nil || req.Msg.GetStdin(), tag: req.Msg.GetTag()}
+		stdin: req.Msg.Stdin == nil || req.Msg.GetStdin(), tag: req.Msg.GetTag(), followed: true}
 	if req.Msg.Pty != nil {
 		sz := req.Msg.GetPty().GetSize()
 		ss.pty = &process.Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
@@ -101,6 +101,9 @@ func (e envdProcess) follow(ctx context.Context, p *process.Proc, sub *process.S
 		return err
 	}
 	ended, err := follow(ctx, p, sub, interval, func(ev process.Event) error {
+		if ev.Dropped > 0 { // envd has no such event: said in the stream itself
+			ev.Data = fmt.Appendf(nil, "\n[sbx: %d bytes dropped]\n", ev.Dropped)
+		}
 		d := &pb.ProcessEvent_DataEvent{}
 		switch {
 		case p.PTY:

@@ -128,6 +128,9 @@ type startSpec struct {
 	tag     string
 	timeout time.Duration
 	limit   int64
+	// followed: the caller follows all the output as it comes (a complete
+	// stream), so none of it is saved to a file.
+	followed bool
 }
 
 func (s *Server) start(ss startSpec) (*process.Proc, error) {
@@ -145,7 +148,7 @@ func (s *Server) start(ss startSpec) (*process.Proc, error) {
 	defer done()
 	env := mergeEnv(s.cfg.Env, ss.env)
 	return s.table.Start(process.Spec{Argv: ss.argv, Env: env, Dir: dir, Cwd: cwd, Stdin: ss.stdin,
-		PTY: ss.pty, Tag: ss.tag, Timeout: ss.timeout, OutputLimitBytes: ss.limit, Envs: ss.env})
+		PTY: ss.pty, Tag: ss.tag, Timeout: ss.timeout, OutputLimitBytes: ss.limit, Envs: ss.env, NoSpill: ss.followed})
 }
 
 // mergeEnv returns base with extra's variables set (extra wins).
@@ -174,7 +177,8 @@ func keepaliveInterval(h http.Header, def time.Duration) time.Duration {
 // follow delivers p's events until its result, through send, with keepalives
 // after interval of silence. It returns false if ctx ended first. A process
 // started with the call's deadline as its lifetime is killed at that deadline,
-// so follow waits a little past it for the result.
+// so follow goes on a little past it for the result, and as long as output
+// still comes (the process's end is being read at the caller's pace).
 func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval time.Duration,
 	send func(process.Event) error, keepalive func() error) (bool, error) {
 	if sub != nil {
@@ -198,6 +202,8 @@ func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval tim
 		return nil
 	}
 	ctxDone := ctx.Done()
+	var grace *time.Timer
+	var graceC <-chan time.Time
 	for {
 		select {
 		case <-ready:
@@ -205,6 +211,9 @@ func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval tim
 				return false, err
 			}
 			ka.Reset(interval)
+			if grace != nil {
+				grace.Reset(followGrace)
+			}
 		case <-p.Done():
 			return true, drain()
 		case <-ka.C:
@@ -217,14 +226,15 @@ func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval tim
 				return false, nil
 			}
 			ctxDone = nil // the process's own timeout fires now: wait for its end
-			grace := time.NewTimer(2 * time.Second)
+			grace = time.NewTimer(followGrace)
 			defer grace.Stop()
-			select {
-			case <-p.Done():
-				return true, drain()
-			case <-grace.C:
-				return false, nil
-			}
+			graceC = grace.C
+		case <-graceC:
+			return false, nil
 		}
 	}
 }
+
+// followGrace is how long follow waits past its call's deadline for the
+// process's end, counted from the last output it delivered.
+const followGrace = 2 * time.Second

@@ -27,6 +27,7 @@ func execRequest(in openapi.ExecRequest) (sandbox.ExecRequest, error) {
 		KeepStdinOpen: in.KeepStdinOpen,
 		Background:    in.Background,
 		Tag:           in.Tag,
+		StreamBounded: in.StreamBounded,
 	}
 	switch {
 	case in.Command == "" && len(in.Argv) == 0:

@@ -33,7 +33,7 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := openapi.FileContent{Path: res.Path, Size: res.Size, Offset: res.Offset, Length: int64(len(res.Content)), EOF: res.EOF}
-	out.Content, out.ContentBase64 = text(res.Content)
+	out.Content, out.ContentBase64 = openapi.Text(res.Content)
 	return writeJSON(w, http.StatusOK, out)
 }
 

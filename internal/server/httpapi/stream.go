@@ -4,7 +4,7 @@
 package httpapi
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +23,7 @@ const (
 	noStream streamFormat = iota
 	ndjson
 	sse
+	frames // openapi.FramesMediaType
 )
 
 // streamWriteTimeout bounds one event's write: a client that stops reading
@@ -37,12 +38,16 @@ func streamFormatOf(r *http.Request, def streamFormat) (streamFormat, error) {
 		return ndjson, nil
 	case "sse":
 		return sse, nil
+	case "frames":
+		return frames, nil
 	case "", "false", "none":
 	default:
-		return noStream, sandbox.Invalid("stream", "%q is not ndjson or sse", truncate(q, 20))
+		return noStream, sandbox.Invalid("stream", "%q is not ndjson, sse or frames", truncate(q, 20))
 	}
 	accept := r.Header.Get("Accept")
 	switch {
+	case strings.Contains(accept, openapi.FramesMediaType):
+		return frames, nil
 	case strings.Contains(accept, "application/x-ndjson"), strings.Contains(accept, "application/jsonl"):
 		return ndjson, nil
 	case strings.Contains(accept, "text/event-stream"):
@@ -73,14 +78,36 @@ func (ew *eventWriter) begin() {
 	}
 	ew.begun = true
 	h := ew.w.Header()
-	if ew.format == sse {
+	switch ew.format {
+	case sse:
 		h.Set("Content-Type", "text/event-stream")
-	} else {
+	case frames:
+		h.Set("Content-Type", openapi.FramesMediaType)
+	default:
 		h.Set("Content-Type", "application/x-ndjson")
 	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // proxies: do not buffer the stream
 	ew.w.WriteHeader(http.StatusOK)
+}
+
+// writeExec sends one event of an exec or attach and flushes it: output as
+// a frame of its bytes in the frames format, else as a wire event.
+func (ew *eventWriter) writeExec(ev sandbox.ExecEvent) error {
+	if ew.format == frames && (ev.Stdout != nil || ev.Stderr != nil) {
+		kind, data := byte(openapi.FrameStdout), ev.Stdout
+		if ev.Stderr != nil {
+			kind, data = openapi.FrameStderr, ev.Stderr
+		}
+		ew.mu.Lock()
+		defer ew.mu.Unlock()
+		return ew.send(false, frameHeader(kind, len(data)), data)
+	}
+	wev, ok := wireEvent(ev)
+	if !ok {
+		return nil
+	}
+	return ew.write(wev)
 }
 
 // write sends one event and flushes it.
@@ -95,17 +122,25 @@ func (ew *eventWriter) writeLocked(ev openapi.Event) error {
 	if err != nil {
 		return err
 	}
+	return ew.send(ev.Type == openapi.EventResult, b)
+}
+
+// send writes one encoded event, in parts, beginning the response if needed,
+// and flushes it.
+func (ew *eventWriter) send(result bool, parts ...[]byte) error {
 	ew.begin()
 	if err := ew.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
-	if _, err := ew.w.Write(b); err != nil {
-		return err
+	for _, b := range parts {
+		if _, err := ew.w.Write(b); err != nil {
+			return err
+		}
 	}
 	if err := ew.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
-	if ev.Type == openapi.EventResult {
+	if result {
 		ew.resultSent = true
 	}
 	return nil
@@ -122,14 +157,28 @@ func (ew *eventWriter) end() {
 // for SSE. JSON escapes every control character (NUL, ESC, newlines), so output
 // a process prints can never break the framing.
 func encodeEvent(f streamFormat, ev openapi.Event) ([]byte, error) {
-	b, err := json.Marshal(ev)
+	// Called directly, not through json.Marshal, which would check and
+	// compact what the method returns: a second pass over every chunk.
+	b, err := ev.MarshalJSON()
 	if err != nil {
 		return nil, err
 	}
-	if f == sse {
+	switch f {
+	case sse:
 		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", ev.Type, b), nil
+	case frames:
+		return append(frameHeader(openapi.FrameEvent, len(b)), b...), nil // small: one write
 	}
 	return append(b, '\n'), nil
+}
+
+// frameHeader is the header of a frame of kind with n bytes of payload
+// (openapi.FramesMediaType).
+func frameHeader(kind byte, n int) []byte {
+	h := make([]byte, 8)
+	h[0] = kind
+	binary.BigEndian.PutUint32(h[4:], uint32(n))
+	return h
 }
 
 // wireEvent converts one domain event; ok is false for an empty one.
@@ -138,11 +187,13 @@ func wireEvent(ev sandbox.ExecEvent) (openapi.Event, bool) {
 	case ev.Started != nil:
 		return openapi.Event{Type: openapi.EventStarted, ProcessID: ev.Started.ID, PID: ev.Started.PID}, true
 	case ev.Stdout != nil:
-		s, b64 := text(ev.Stdout)
+		s, b64 := openapi.Text(ev.Stdout)
 		return openapi.Event{Type: openapi.EventStdout, Data: s, DataBase64: b64}, true
 	case ev.Stderr != nil:
-		s, b64 := text(ev.Stderr)
+		s, b64 := openapi.Text(ev.Stderr)
 		return openapi.Event{Type: openapi.EventStderr, Data: s, DataBase64: b64}, true
+	case ev.Dropped != nil:
+		return openapi.Event{Type: openapi.EventDropped, Stream: ev.Dropped.Stream, Bytes: ev.Dropped.Bytes}, true
 	case ev.Result != nil:
 		return openapi.Event{Type: openapi.EventResult, Result: wireResult(ev.Result)}, true
 	}
@@ -156,13 +207,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, f streamFormat,
 	run func(onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error)) error {
 	ew := newEventWriter(w, f)
 	defer ew.end()
-	res, err := run(func(ev sandbox.ExecEvent) error {
-		wev, ok := wireEvent(ev)
-		if !ok {
-			return nil
-		}
-		return ew.write(wev)
-	})
+	res, err := run(ew.writeExec)
 	ew.mu.Lock()
 	defer ew.mu.Unlock()
 	if err != nil {

@@ -3,12 +3,9 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"fmt"
 	"io/fs"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"sbx/api/openapi"
 	"sbx/internal/sandbox"
@@ -67,15 +64,6 @@ func wireIsolation(backend string, iso sandbox.Isolation) openapi.Isolation {
 	}
 }
 
-// text returns b as a JSON-safe string and, when b is not valid UTF-8, its
-// exact bytes in base64.
-func text(b []byte) (s, b64 string) {
-	if utf8.Valid(b) {
-		return string(b), ""
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
-}
-
 func wireResult(r *sandbox.ExecResult) *openapi.ExecResult {
 	if r == nil {
 		return nil
@@ -95,8 +83,8 @@ func wireResult(r *sandbox.ExecResult) *openapi.ExecResult {
 		StdoutBytes:   r.StdoutBytes,
 		StderrBytes:   r.StderrBytes,
 	}
-	out.Stdout, out.StdoutBase64 = text(r.Stdout)
-	out.Stderr, out.StderrBase64 = text(r.Stderr)
+	out.Stdout, out.StdoutBase64 = openapi.Text(r.Stdout)
+	out.Stderr, out.StderrBase64 = openapi.Text(r.Stderr)
 	return out
 }
 
