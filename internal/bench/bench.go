@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -63,6 +64,9 @@ type Options struct {
 	// figure (0 skips it); Burst, a number of creates sent at once.
 	ScaleIdle int
 	Burst     int
+	// StreamMB is the size in MiB of the file the stream figure sends
+	// through `sbx exec` and `sbx cp` (0 skips it).
+	StreamMB int
 	// DaemonPID is the daemon's pid, for its RSS; 0 skips that figure.
 	DaemonPID int
 	// Progress receives one line per phase; nil for none.
@@ -89,6 +93,13 @@ type Report struct {
 	ColdStartNoPool *Summary `json:"cold_start_no_pool,omitempty"`
 	// Exec is one exec of `true` in a live sandbox.
 	Exec Summary `json:"exec"`
+	// StreamMBps is StreamMB MiB of random bytes cat'ed through `sbx exec`
+	// into a pipe, in MB/s; CopyMBps, the same file through `sbx cp ID:file
+	// -`, its peer. Absent when skipped or the API cannot run the CLI.
+	StreamMB          int     `json:"stream_mb,omitempty"`
+	StreamMBps        float64 `json:"stream_mb_per_s,omitempty"`
+	CopyMBps          float64 `json:"copy_mb_per_s,omitempty"`
+	StreamUnavailable string  `json:"stream_unavailable,omitempty"`
 	// Throughput is create+exec+destroy cycles per second with Concurrency workers.
 	Throughput float64 `json:"cycles_per_second"`
 	// CycleCPU is the CPU one of those cycles costs. Absent when the API
@@ -217,6 +228,17 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	opts.progress("host spawn: %d warm-up + %d runs of true, no sandbox", opts.Warmup, opts.Runs)
 	if rep.HostSpawn, err = sample(opts, func() (time.Duration, error) { return hostSpawn(ctx, trueArgv...) }); err != nil {
 		return rep, err
+	}
+
+	if opts.StreamMB > 0 {
+		if s, ok := api.(Streamer); ok {
+			opts.progress("stream: %d MiB through sbx exec and sbx cp, 3 runs each", opts.StreamMB)
+			if err := stream(ctx, s, opts, &rep); err != nil {
+				return rep, err
+			}
+		} else {
+			rep.StreamUnavailable = "this API cannot run the sbx CLI"
+		}
 	}
 
 	if pa, ok := api.(PoolAPI); ok {
@@ -664,6 +686,10 @@ func (r Report) WriteTable(w io.Writer) {
 	if rt := r.RoundTrip; rt != nil {
 		fmt.Fprintf(tw, "API round trip (health), p50\t%.2f ms\t%.2f ms\t%.2f ms\t\t\t\n", rt.P50MS, rt.P90MS, rt.P99MS)
 	}
+	if r.StreamMBps > 0 {
+		fmt.Fprintf(tw, "%d MiB through sbx exec into a pipe\t%.0f MB/s\t\t\tsbx cp ID:file -\t%.0f MB/s\t%.2fx\n",
+			r.StreamMB, r.StreamMBps, r.CopyMBps, r.StreamMBps/r.CopyMBps)
+	}
 	if r.IdleSandboxes > 0 {
 		fmt.Fprintf(tw, "daemon RSS, %d idle sandboxes\t%.1f MB\t\t\t\t\t\n", r.IdleSandboxes, r.DaemonRSSMB)
 		fmt.Fprintf(tw, "agent per idle sandbox (PSS / USS / RSS)\t%.2f / %.2f / %.2f MB\t\t\t\t\t\n", r.AgentPSSMB, r.AgentUSSMB, r.AgentRSSMB)
@@ -707,4 +733,75 @@ func (r Report) WriteTable(w io.Writer) {
 	if r.MemoryUnavailable != "" {
 		fmt.Fprintf(w, "memory: %s\n", r.MemoryUnavailable)
 	}
+	if r.StreamUnavailable != "" {
+		fmt.Fprintf(w, "stream: %s\n", r.StreamUnavailable)
+	}
+}
+
+// Streamer is an API that can also run the sbx CLI against its daemon, for
+// the stream figure.
+type Streamer interface {
+	API
+	// CreateDisk makes a sandbox with diskMB MiB of disk.
+	CreateDisk(ctx context.Context, diskMB int) (string, error)
+	// CLI runs the sbx CLI with args against the daemon, its stdout into w.
+	CLI(ctx context.Context, w io.Writer, args ...string) error
+}
+
+// streamFile is where the stream figure's file is made, in its sandbox.
+const streamFile = "/workspace/stream.bin"
+
+// stream measures opts.StreamMB MiB of random bytes cat'ed through `sbx exec`
+// into a pipe, and the same file through `sbx cp ID:file -`: three runs of
+// each, interleaved, after one of each to warm the page cache; the medians.
+func stream(ctx context.Context, s Streamer, opts Options, rep *Report) error {
+	id, err := s.CreateDisk(ctx, opts.StreamMB+256)
+	if err != nil {
+		return err
+	}
+	defer s.Delete(context.WithoutCancel(ctx), id)
+	size := int64(opts.StreamMB) << 20
+	if code, err := s.Exec(ctx, id, []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > %s", size, streamFile)}); err != nil || code != 0 {
+		return fmt.Errorf("making the stream figure's file: exit %d, %v", code, err)
+	}
+	run := func(args ...string) (float64, error) {
+		n := &countingDiscard{}
+		start := time.Now()
+		if err := s.CLI(ctx, n, args...); err != nil {
+			return 0, err
+		}
+		if n.n != size {
+			return 0, fmt.Errorf("sbx %s delivered %d bytes of %d", args[0], n.n, size)
+		}
+		return float64(size) / 1e6 / time.Since(start).Seconds(), nil
+	}
+	execArgs := []string{"exec", "--timeout", "3600", id, "--", "cat", streamFile}
+	cpArgs := []string{"cp", id + ":" + streamFile, "-"}
+	var ex, cp []float64
+	for i := range 4 {
+		e, err := run(execArgs...)
+		if err != nil {
+			return err
+		}
+		c, err := run(cpArgs...)
+		if err != nil {
+			return err
+		}
+		if i > 0 { // the first of each warms the page cache
+			ex, cp = append(ex, e), append(cp, c)
+		}
+	}
+	rep.StreamMB, rep.StreamMBps, rep.CopyMBps = opts.StreamMB, median(ex), median(cp)
+	return nil
+}
+
+// countingDiscard counts and drops what is written to it.
+type countingDiscard struct{ n int64 }
+
+func (c *countingDiscard) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

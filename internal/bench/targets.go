@@ -89,6 +89,9 @@ func (r *Report) Judge() {
 		judge("exec in a live sandbox p50", r.Exec.P50MS, "ms", spawn, r.HostSpawn.P50MS, bound{atMost: true, limit: 1.5, ratio: true}),
 		judge(fmt.Sprintf("create+exec+destroy, %d workers", r.Concurrency), r.Throughput, "/s", bwrap, r.BwrapThroughput, bound{limit: 0.5, ratio: true}),
 	)
+	if r.StreamMB > 0 {
+		r.Targets = append(r.Targets, judge(fmt.Sprintf("%d MiB through sbx exec", r.StreamMB), r.StreamMBps, "MB/s", "sbx cp ID:file -", r.CopyMBps, bound{limit: 0.5, ratio: true}))
+	}
 	if r.IdleSandboxes > 0 && r.MemoryUnavailable == "" {
 		r.Targets = append(r.Targets,
 			judge(fmt.Sprintf("daemon RSS, %d idle sandboxes", r.IdleSandboxes), r.DaemonRSSMB, "MB", "", 0, bound{atMost: true, limit: 50}),

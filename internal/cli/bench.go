@@ -8,6 +8,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,7 @@ import (
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--backend B] [--external] [--json]")
+	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--stream-mb N] [--backend B] [--external] [--json]")
 	var opts bench.Options
 	fs.IntVar(&opts.Runs, "runs", 200, "samples per latency figure, after warm-up")
 	fs.IntVar(&opts.Warmup, "warmup", 20, "warm-up runs before each latency figure")
@@ -37,6 +38,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	fs.IntVar(&opts.Idle, "idle", 100, "idle sandboxes for the memory figures (0 skips)")
 	fs.IntVar(&opts.ScaleIdle, "scale", 1000, "idle sandboxes for the scale figure, beside --idle's (0 skips)")
 	fs.IntVar(&opts.Burst, "burst", 500, "creates sent at once for the burst figure (0 skips)")
+	fs.IntVar(&opts.StreamMB, "stream-mb", 1024, "`MiB` sent through sbx exec and sbx cp for the stream figure (0 skips)")
 	backendName := fs.String("backend", "native", "SANDBOX_BACKEND of the private daemons")
 	external := fs.Bool("external", false, "measure the daemon found by SBX_URL/SBX_API_KEY (or the local data dir) instead of private ones")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -64,7 +66,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		opts.DaemonPID = d.cmd.Process.Pid
-		api := &meteredAPI{benchAPI: &benchAPI{c: d.client}, pid: d.cmd.Process.Pid, dir: d.dir}
+		api := &meteredAPI{benchAPI: &benchAPI{c: d.client, cliEnv: d.cliEnv}, pid: d.cmd.Process.Pid, dir: d.dir}
 		rep, err = bench.Run(ctx, api, opts)
 		rep.Isolation, _ = api.level.Load().(string)
 		d.stop()
@@ -97,8 +99,37 @@ func runBench(ctx context.Context, e *env, args []string) int {
 
 // benchAPI adapts the Go client to what package bench drives.
 type benchAPI struct {
-	c     *client.Client
-	level atomic.Value // string: the isolation level the last create answered
+	c *client.Client
+	// cliEnv is added to the environment of the CLI the stream figure
+	// runs (this binary): how it reaches the daemon.
+	cliEnv []string
+	level  atomic.Value // string: the isolation level the last create answered
+}
+
+// CreateDisk implements bench.Streamer.
+func (a *benchAPI) CreateDisk(ctx context.Context, diskMB int) (string, error) {
+	mb := int64(diskMB)
+	sb, err := a.c.Create(ctx, openapi.CreateSandboxRequest{DiskMB: &mb})
+	if err != nil {
+		return "", err
+	}
+	return sb.ID, nil
+}
+
+// CLI implements bench.Streamer: this binary, as a script would run it.
+func (a *benchAPI) CLI(ctx context.Context, w io.Writer, args ...string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), a.cliEnv...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &limitedWriter{w: &stderr, n: 4096}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("sbx %s: %v: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
 func (a *benchAPI) Create(ctx context.Context) (string, error) {
@@ -158,6 +189,7 @@ type privateDaemon struct {
 	cmd    *exec.Cmd
 	dir    string
 	client *client.Client
+	cliEnv []string // how the CLI reaches it
 	done   chan struct{}
 }
 
@@ -241,6 +273,7 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 		d.stop()
 		return nil, err
 	}
+	d.cliEnv = []string{"SBX_URL=" + url, "SBX_API_KEY=" + strings.TrimSpace(string(key))}
 	return d, nil
 }
 
