@@ -234,7 +234,7 @@ func clampMs(d time.Duration) uint32 {
 // the Started event. A failing onEvent stops following; the process goes on.
 func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
 	const op = "exec"
-	msg := &pb.ExecRequest{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Stdin: req.Stdin,
+	msg := &pb.ExecRequest{Argv: req.Command(), Cwd: req.Cwd, Env: req.Env, Stdin: req.Stdin,
 		KeepStdinOpen: req.KeepStdinOpen, TimeoutMs: clampMs(req.Timeout), Background: req.Background,
 		Stream: stream, StreamBounded: req.StreamBounded, OutputLimitBytes: req.OutputLimitBytes, Tag: req.Tag}
 	if req.Timeout > 0 && msg.TimeoutMs == 0 {
@@ -244,10 +244,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool,
 	if err != nil {
 		return nil, c.wrap(op, err)
 	}
-	info := sandbox.ProcessInfo{Argv: req.Argv, Cwd: req.Cwd, Tag: req.Tag, Running: true}
-	if req.Shell != "" {
-		info.Argv = []string{"/bin/sh", "-c", req.Shell}
-	}
+	info := sandbox.ProcessInfo{Argv: msg.Argv, Cwd: req.Cwd, Tag: req.Tag, Running: true}
 	return c.follow(op, st, info, req.Background, onEvent)
 }
 

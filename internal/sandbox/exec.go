@@ -1,6 +1,11 @@
 package sandbox
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Exit reasons of a process (and, for agent_lost, of an exec whose agent died).
 const (
@@ -33,6 +38,48 @@ type ExecRequest struct {
 	// and reported (ExecEvent.Dropped). Without it a stream is complete: a
 	// slow reader slows the process, bounded by its timeout.
 	StreamBounded bool
+}
+
+// Command is what runs: Argv as is, or Shell run by /bin/sh -c. The one place a
+// shell command becomes an argv.
+func (r ExecRequest) Command() []string {
+	if r.Shell != "" {
+		return []string{"/bin/sh", "-c", r.Shell}
+	}
+	return r.Argv
+}
+
+// Check reports what is wrong with the request's shape, each problem naming
+// its field as the HTTP API spells it: exactly one of a shell command and an
+// argv, no empty program, no NUL byte anywhere the kernel takes a C string.
+// Bounds and defaults are the policy's (Policy.AdmitExec, which calls Check).
+func (r ExecRequest) Check() error {
+	var errs []error
+	switch {
+	case r.Shell == "" && len(r.Argv) == 0:
+		errs = append(errs, Invalid("command", "give command (run by /bin/sh -c) or argv (run as is)"))
+	case r.Shell != "" && len(r.Argv) > 0:
+		errs = append(errs, Invalid("command", "give command or argv, not both"))
+	case len(r.Argv) > 0 && r.Argv[0] == "":
+		errs = append(errs, Invalid("argv[0]", "is empty"))
+	}
+	if strings.IndexByte(r.Shell, 0) >= 0 {
+		errs = append(errs, Invalid("command", "contains a NUL byte"))
+	}
+	for i, a := range r.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			errs = append(errs, Invalid(fmt.Sprintf("argv[%d]", i), "contains a NUL byte"))
+		}
+	}
+	for k, v := range r.Env {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			errs = append(errs, Invalid("env", "%q contains a NUL byte", truncate(strings.ReplaceAll(k, "\x00", ""), 80)))
+		}
+	}
+	if strings.IndexByte(r.Cwd, 0) >= 0 {
+		errs = append(errs, Invalid("cwd", "contains a NUL byte"))
+	}
+	return errors.Join(errs...)
 }
 
 // ExecResult is how a process ended and what it printed.

@@ -209,13 +209,7 @@ func (p Policy) Admit(req CreateRequest) (Spec, error) {
 // AdmitExec checks an exec request and fills its timeout. timeout 0 means default;
 // wire layers reject an explicit 0 before calling (it is not a valid value there).
 func (p Policy) AdmitExec(req ExecRequest) (ExecRequest, error) {
-	var errs []error
-	if (len(req.Argv) == 0) == (req.Shell == "") {
-		errs = append(errs, Invalid("command", "give either argv or a shell command, not both or neither"))
-	}
-	if len(req.Argv) > 0 && req.Argv[0] == "" {
-		errs = append(errs, Invalid("command", "argv[0] is empty"))
-	}
+	errs := []error{req.Check()}
 	switch {
 	case req.Timeout == 0:
 		req.Timeout = p.DefaultExecTimeout

@@ -243,9 +243,9 @@ func (x *PtySize) GetRows() uint32 {
 
 type ExecRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Exactly one of argv (run verbatim, no shell) and shell (run with /bin/sh -c).
-	Argv  []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
-	Shell string   `protobuf:"bytes,2,opt,name=shell,proto3" json:"shell,omitempty"`
+	// The program and its arguments, run verbatim (a shell command comes as
+	// /bin/sh -c and the command, made so by the daemon).
+	Argv []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
 	// Working directory; empty means the agent's workdir (/workspace).
 	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Added to the agent's base environment; these win.
@@ -309,13 +309,6 @@ func (x *ExecRequest) GetArgv() []string {
 		return x.Argv
 	}
 	return nil
-}
-
-func (x *ExecRequest) GetShell() string {
-	if x != nil {
-		return x.Shell
-	}
-	return ""
 }
 
 func (x *ExecRequest) GetCwd() string {
@@ -1967,10 +1960,9 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\tprocesses\x18\x05 \x01(\x05R\tprocesses\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xd4\x03\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xc4\x03\n" +
 	"\vExecRequest\x12\x12\n" +
-	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
-	"\x05shell\x18\x02 \x01(\tR\x05shell\x12\x10\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x120\n" +
 	"\x03env\x18\x04 \x03(\v2\x1e.sbxagent.ExecRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05stdin\x18\x05 \x01(\fR\x05stdin\x12&\n" +
@@ -1988,7 +1980,7 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\x0estream_bounded\x18\r \x01(\bR\rstreamBounded\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x02\x10\x03\"\x83\x02\n" +
 	"\tExecEvent\x12-\n" +
 	"\astarted\x18\x01 \x01(\v2\x11.sbxagent.StartedH\x00R\astarted\x12*\n" +
 	"\x06output\x18\x02 \x01(\v2\x10.sbxagent.OutputH\x00R\x06output\x12.\n" +

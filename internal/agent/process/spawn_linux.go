@@ -343,9 +343,11 @@ func closeAll(fs []*os.File) {
 
 // read copies one stream into the process's capture and followers until EOF,
 // at the pace of its slowest complete follower (output). Once the process
-// has exited, the stream ends when its pipe has been quiet for drainGrace (a
-// background descendant may hold it open); what comes later is read and
-// discarded, so that descendant never gets EPIPE.
+// has exited, what its pipe holds at that moment is still delivered at that
+// pace, however long it takes; after it, the stream ends drainGrace later at
+// the latest (a background descendant may hold the pipe open for ever), and
+// what comes later is read and discarded, so that descendant never gets
+// EPIPE.
 func (p *Proc) read(stream int, f *os.File) {
 	size := 32 << 10
 	if p.PTY {
@@ -353,9 +355,15 @@ func (p *Proc) read(stream int, f *os.File) {
 	}
 	buf := make([]byte, size)
 	open := true
+	owed := int64(-1) // once the exit is seen: bytes still to deliver before the grace begins
 	for {
-		if open && p.gone.Load() {
-			f.SetReadDeadline(time.Now().Add(drainGrace))
+		if open && owed < 0 && p.gone.Load() {
+			owed = unread(f)
+			if owed > 0 {
+				f.SetReadDeadline(time.Time{})
+			} else {
+				f.SetReadDeadline(time.Now().Add(drainGrace))
+			}
 		}
 		n, err := f.Read(buf)
 		if n > 0 && open {
@@ -363,21 +371,32 @@ func (p *Proc) read(stream int, f *os.File) {
 				s.waitRoom()
 			}
 		}
+		if owed > 0 {
+			if owed -= int64(n); owed <= 0 {
+				owed = 0
+				f.SetReadDeadline(time.Now().Add(drainGrace))
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if open && owed < 0 {
+				continue // the exit's wake-up, before this reader saw it: see above
+			}
+			if open {
+				open = false
+				f.SetReadDeadline(time.Time{})
+				p.streamDone()
+			}
+			continue
+		}
+		if err != nil {
+			break
+		}
 		if n == len(buf) && len(buf) < bulkReadSize && !p.PTY {
 			// A full read: the process writes faster than the stream is
 			// read (a file cat'ed, a build's log). Larger reads from a
 			// larger pipe carry the same bytes in fewer events.
 			buf = make([]byte, bulkReadSize)
-			unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, bulkPipeSize) // best effort: the host's pipe-max-size caps it
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && open {
-			open = false
-			f.SetReadDeadline(time.Time{})
-			p.streamDone()
-			continue
-		}
-		if err != nil {
-			break
+			control(f, func(fd int) { unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, bulkPipeSize) }) // best effort: pipe-max-size caps it
 		}
 	}
 	if p.PTY { // WriteStdin and Resize use it under stdinMu
@@ -390,6 +409,21 @@ func (p *Proc) read(stream int, f *os.File) {
 	}
 	if open {
 		p.streamDone()
+	}
+}
+
+// unread returns how many bytes wait in f (a pipe or a terminal) to be read.
+func unread(f *os.File) int64 {
+	var n int
+	control(f, func(fd int) { n, _ = unix.IoctlGetInt(fd, unix.TIOCINQ) }) // FIONREAD, for pipes too
+	return int64(n)
+}
+
+// control runs fn on f's descriptor without taking it out of the runtime's
+// poller (f.Fd would make it blocking, and its read deadlines inert).
+func control(f *os.File, fn func(fd int)) {
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { fn(int(fd)) })
 	}
 }
 

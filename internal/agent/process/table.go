@@ -28,9 +28,10 @@ const (
 	retainAge   = 10 * time.Minute
 	retainCount = 1000
 	retainBytes = 64 << 20
-	// drainGrace is how long a stream stays open after the process exited
-	// and its pipe went quiet: a background descendant may hold the pipe
-	// open, and the result waits for no one's output but the process's own.
+	// drainGrace is how long a stream stays open once the output the
+	// process left in its pipe at its exit has been read: a background
+	// descendant may hold the pipe open, and the result waits for no one's
+	// output but the process's own.
 	drainGrace = 200 * time.Millisecond
 	// subMax bounds the live output queued for one follower: a complete
 	// follower that falls this far behind holds the process's pipes (the
@@ -650,12 +651,13 @@ func (p *Proc) exited(ws syscall.WaitStatus) {
 		syscall.Close(p.pidfd)
 		p.pidfd = 0
 	}
-	p.gone.Store(true)
-	// A stream still open ends once its pipe has been quiet for drainGrace
-	// (read): from now, reads wait no longer than that.
+	// A reader blocked on an empty pipe wakes by drainGrace at the latest
+	// and sees the exit (read); set before gone, so that a reader that
+	// already saw gone has cleared or replaced this deadline.
 	for _, f := range p.readers {
 		f.SetReadDeadline(time.Now().Add(drainGrace))
 	}
+	p.gone.Store(true)
 	p.pending--
 	if p.pending == 0 {
 		p.finishLocked()

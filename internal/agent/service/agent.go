@@ -42,22 +42,13 @@ func (a agentService) get(id string) (*process.Proc, error) {
 
 func (a agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecRequest], stream *connect.ServerStream[pb.ExecEvent]) error {
 	m := req.Msg
-	argv := m.GetArgv()
-	switch {
-	case len(argv) > 0 && m.GetShell() != "":
-		return toConnect(errInvalid("argv and shell are exclusive"))
-	case m.GetShell() != "":
-		argv = []string{"/bin/sh", "-c", m.GetShell()}
-	case len(argv) == 0 || argv[0] == "":
-		return toConnect(errInvalid("argv or shell is required"))
-	}
-	ss := startSpec{argv: argv, cwd: m.GetCwd(), env: m.GetEnv(), stdin: len(m.GetStdin()) > 0 || m.GetKeepStdinOpen(),
-		tag: m.GetTag(), timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, limit: m.GetOutputLimitBytes(),
-		followed: m.GetStream() && !m.GetStreamBounded() && !m.GetBackground()}
+	spec := process.Spec{Argv: m.GetArgv(), Cwd: m.GetCwd(), Envs: m.GetEnv(), Stdin: len(m.GetStdin()) > 0 || m.GetKeepStdinOpen(),
+		Tag: m.GetTag(), Timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, OutputLimitBytes: m.GetOutputLimitBytes(),
+		NoSpill: m.GetStream() && !m.GetStreamBounded() && !m.GetBackground()}
 	if m.GetPty() != nil {
-		ss.pty = &process.Size{Cols: uint16(m.GetPty().GetCols()), Rows: uint16(m.GetPty().GetRows())}
+		spec.PTY = &process.Size{Cols: uint16(m.GetPty().GetCols()), Rows: uint16(m.GetPty().GetRows())}
 	}
-	p, err := a.s.start(ss)
+	p, err := a.s.start(spec)
 	if err != nil {
 		return toConnect(err)
 	}

@@ -62,16 +62,17 @@ func (e envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartReq
 	if cfg == nil || cfg.GetCmd() == "" {
 		return toConnect(errInvalid("process.cmd is required"))
 	}
-	ss := startSpec{argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), cwd: cfg.GetCwd(), env: cfg.GetEnvs(),
-		stdin: req.Msg.Stdin == nil || req.Msg.GetStdin(), tag: req.Msg.GetTag(), followed: true}
+	// Followed from the start, completely: no spill file.
+	spec := process.Spec{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Envs: cfg.GetEnvs(),
+		Stdin: req.Msg.Stdin == nil || req.Msg.GetStdin(), Tag: req.Msg.GetTag(), NoSpill: true}
 	if req.Msg.Pty != nil {
 		sz := req.Msg.GetPty().GetSize()
-		ss.pty = &process.Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
+		spec.PTY = &process.Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
 	}
 	if dl, ok := ctx.Deadline(); ok { // Connect-Timeout-Ms is the process's lifetime
-		ss.timeout = max(time.Until(dl), time.Millisecond)
+		spec.Timeout = max(time.Until(dl), time.Millisecond)
 	}
-	p, err := e.s.start(ss)
+	p, err := e.s.start(spec)
 	if err != nil {
 		return toConnect(err)
 	}

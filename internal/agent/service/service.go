@@ -118,23 +118,14 @@ func (s *Server) WarmAgent() {
 // Close ends the watches.
 func (s *Server) Close() { s.watches.closeAll() }
 
-// startSpec is a command to start, from either process service.
-type startSpec struct {
-	argv    []string
-	cwd     string
-	env     map[string]string
-	stdin   bool
-	pty     *process.Size
-	tag     string
-	timeout time.Duration
-	limit   int64
-	// followed: the caller follows all the output as it comes (a complete
-	// stream), so none of it is saved to a file.
-	followed bool
-}
-
-func (s *Server) start(ss startSpec) (*process.Proc, error) {
-	cwd, err := s.fs.Clean(ss.cwd)
+// start starts spec, a command from either process service: its Cwd is
+// the one asked for (empty: the workdir) and its Envs the request's own
+// variables; start resolves the directory and adds the base environment.
+func (s *Server) start(spec process.Spec) (*process.Proc, error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, errInvalid("no command: argv is empty")
+	}
+	cwd, err := s.fs.Clean(spec.Cwd)
 	if err != nil {
 		return nil, err
 	}
@@ -146,9 +137,8 @@ func (s *Server) start(ss startSpec) (*process.Proc, error) {
 		return nil, err
 	}
 	defer done()
-	env := mergeEnv(s.cfg.Env, ss.env)
-	return s.table.Start(process.Spec{Argv: ss.argv, Env: env, Dir: dir, Cwd: cwd, Stdin: ss.stdin,
-		PTY: ss.pty, Tag: ss.tag, Timeout: ss.timeout, OutputLimitBytes: ss.limit, Envs: ss.env, NoSpill: ss.followed})
+	spec.Dir, spec.Cwd, spec.Env = dir, cwd, mergeEnv(s.cfg.Env, spec.Envs)
+	return s.table.Start(spec)
 }
 
 // mergeEnv returns base with extra's variables set (extra wins).
