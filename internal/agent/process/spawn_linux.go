@@ -124,8 +124,6 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	if g.kind == treeV2 {
 		attr.UseCgroupFD, attr.CgroupFD = true, int(g.cg.dir.Fd())
 	}
-	pidfd := -1
-	attr.PidFD = &pidfd
 	files := make([]uintptr, 3)
 	for i, fd := range child {
 		files[i] = uintptr(fd)
@@ -139,7 +137,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	var pid int
 	pid, err = t.fork(g, path, s.Argv, pa)
 	if err == nil {
-		p.Pid, p.pidfd, p.group = pid, pidfd, g
+		p.Pid, p.group = pid, g
 		reaper.procs[pid] = p
 	}
 	reaper.mu.Unlock()

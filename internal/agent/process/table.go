@@ -201,7 +201,6 @@ type Proc struct {
 
 	t     *Table
 	group *group
-	pidfd int
 	oom0  int64
 	pids0 int64 // the sandbox's pids.events max count at start, or -1
 	done  chan struct{}
@@ -646,10 +645,6 @@ func (p *Proc) exited(ws syscall.WaitStatus) {
 	p.exitedAt = time.Now()
 	if p.timer != nil {
 		p.timer.Stop()
-	}
-	if p.pidfd > 0 {
-		syscall.Close(p.pidfd)
-		p.pidfd = 0
 	}
 	// A reader blocked on an empty pipe wakes by drainGrace at the latest
 	// and sees the exit (read); set before gone, so that a reader that
