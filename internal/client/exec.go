@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -63,98 +64,105 @@ func (c *Client) Attach(ctx context.Context, id, pid string, replay bool, fn fun
 // maxEventLine bounds one NDJSON line or frame: output chunks are far smaller.
 const maxEventLine = 16 << 20
 
-// readStream reads a stream of events in the form the daemon chose: frames
-// when it speaks them, else NDJSON.
+// readStream reads a stream of events, in the form the daemon chose (frames
+// when it speaks them, else NDJSON), until its result.
 func readStream(op, id string, resp *http.Response, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
+	next := ndjsonEvents(resp.Body)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), openapi.FramesMediaType) {
-		return readFrames(op, id, resp.Body, fn)
+		next = frameEvents(resp.Body)
 	}
-	return readEvents(op, id, resp.Body, fn)
+	for {
+		ev, err := next()
+		var de badEvent
+		switch {
+		case errors.As(err, &de):
+			return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: decoding the stream: %v", sandbox.ErrUnavailable, de.err)}
+		case err != nil:
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: the stream ended without a result: %v", sandbox.ErrUnavailable, err)}
+		}
+		if ev.Type == openapi.EventError && ev.Error != nil {
+			return nil, eventError(op, id, ev.Error)
+		}
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return nil, err
+			}
+		}
+		if ev.Type == openapi.EventResult {
+			return ev.Result, nil
+		}
+	}
 }
 
-// readFrames reads a stream of frames (openapi.FramesMediaType) until its
-// result. Output frames become stdout and stderr events with Raw set.
-func readFrames(op, id string, r io.Reader, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
+// badEvent is an event that could not be decoded.
+type badEvent struct{ err error }
+
+func (e badEvent) Error() string { return e.err.Error() }
+
+// ndjsonEvents returns the events of an NDJSON stream one at a time; io.EOF
+// at its end.
+func ndjsonEvents(r io.Reader) func() (openapi.Event, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxEventLine)
+	return func() (openapi.Event, error) {
+		for sc.Scan() {
+			if len(sc.Bytes()) == 0 {
+				continue
+			}
+			var ev openapi.Event
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				return ev, badEvent{err}
+			}
+			return ev, nil
+		}
+		if err := sc.Err(); err != nil {
+			return openapi.Event{}, err
+		}
+		return openapi.Event{}, io.EOF
+	}
+}
+
+// frameEvents returns the events of a stream of frames
+// (openapi.FramesMediaType) one at a time: output frames become stdout and
+// stderr events with Raw set, valid until the next call; io.EOF at its end.
+func frameEvents(r io.Reader) func() (openapi.Event, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var hdr [8]byte
 	var buf []byte
-	broken := func(err error) error {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: the stream ended without a result: %v", sandbox.ErrUnavailable, err)}
-	}
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return nil, broken(err)
-		}
-		n := binary.BigEndian.Uint32(hdr[4:])
-		if n > maxEventLine {
-			return nil, broken(fmt.Errorf("a frame of %d bytes", n))
-		}
-		if cap(buf) < int(n) {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return nil, broken(err)
-		}
-		var ev openapi.Event
-		switch hdr[0] {
-		case openapi.FrameStdout:
-			ev = openapi.Event{Type: openapi.EventStdout, Raw: buf}
-		case openapi.FrameStderr:
-			ev = openapi.Event{Type: openapi.EventStderr, Raw: buf}
-		case openapi.FrameEvent:
-			if err := json.Unmarshal(buf, &ev); err != nil {
-				return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: decoding the stream: %v", sandbox.ErrUnavailable, err)}
+	return func() (openapi.Event, error) {
+		for {
+			if _, err := io.ReadFull(br, hdr[:]); err != nil {
+				return openapi.Event{}, err
 			}
-		default:
-			continue // a kind this client does not know: skipped
-		}
-		if ev.Type == openapi.EventError && ev.Error != nil {
-			return nil, eventError(op, id, ev.Error)
-		}
-		if fn != nil {
-			if err := fn(ev); err != nil {
-				return nil, err
+			n := binary.BigEndian.Uint32(hdr[4:])
+			if n > maxEventLine {
+				return openapi.Event{}, fmt.Errorf("a frame of %d bytes", n)
 			}
-		}
-		if ev.Type == openapi.EventResult {
-			return ev.Result, nil
-		}
-	}
-}
-
-// readEvents reads an NDJSON stream of events until its result.
-func readEvents(op, id string, r io.Reader, fn func(openapi.Event) error) (*openapi.ExecResult, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxEventLine)
-	for sc.Scan() {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		var ev openapi.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: decoding the stream: %v", sandbox.ErrUnavailable, err)}
-		}
-		if ev.Type == openapi.EventError && ev.Error != nil {
-			return nil, eventError(op, id, ev.Error)
-		}
-		if fn != nil {
-			if err := fn(ev); err != nil {
-				return nil, err
+			if cap(buf) < int(n) {
+				buf = make([]byte, n)
 			}
-		}
-		if ev.Type == openapi.EventResult {
-			return ev.Result, nil
+			buf = buf[:n]
+			if _, err := io.ReadFull(br, buf); err != nil {
+				return openapi.Event{}, err
+			}
+			switch hdr[0] {
+			case openapi.FrameStdout:
+				return openapi.Event{Type: openapi.EventStdout, Raw: buf}, nil
+			case openapi.FrameStderr:
+				return openapi.Event{Type: openapi.EventStderr, Raw: buf}, nil
+			case openapi.FrameEvent:
+				var ev openapi.Event
+				if err := json.Unmarshal(buf, &ev); err != nil {
+					return ev, badEvent{err}
+				}
+				return ev, nil
+			}
+			// A kind this client does not know: skipped.
 		}
 	}
-	err := sc.Err()
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	return nil, &sandbox.Error{Op: op, ID: sandbox.ID(id), Err: fmt.Errorf("%w: the stream ended without a result: %v", sandbox.ErrUnavailable, err)}
 }
 
 func eventError(op, id string, d *openapi.ErrorDetail) error {
