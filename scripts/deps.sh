@@ -12,6 +12,8 @@ command -v ps >/dev/null 2>&1 || need="$need procps"
 # The native backend's disk quotas (a btrfs pool per data dir).
 command -v mkfs.btrfs >/dev/null 2>&1 || need="$need btrfs-progs"
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# The JavaScript tools of the tests (the OpenAPI linter, the MCP and E2B SDKs).
+command -v npm >/dev/null 2>&1 || need="$need npm"
 if [ -n "$need" ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: need root to install:$need" >&2
@@ -23,3 +25,5 @@ if [ -n "$need" ]; then
 	apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
 go mod download
+# The JavaScript tools the tests drive sbx with (test/node/package-lock.json).
+(cd "$(dirname "$0")/../test/node" && npm ci --no-audit --no-fund --loglevel=error)
