@@ -6,7 +6,6 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,26 +28,10 @@ func execRequest(in openapi.ExecRequest) (sandbox.ExecRequest, error) {
 		Tag:           in.Tag,
 		StreamBounded: in.StreamBounded,
 	}
-	switch {
-	case in.Command == "" && len(in.Argv) == 0:
-		errs = append(errs, sandbox.Invalid("command", "give command (run by /bin/sh -c) or argv (run as is)"))
-	case in.Command != "" && len(in.Argv) > 0:
-		errs = append(errs, sandbox.Invalid("command", "give command or argv, not both"))
-	}
-	if strings.IndexByte(in.Command, 0) >= 0 {
-		errs = append(errs, sandbox.Invalid("command", "contains a NUL byte"))
-	}
-	for i, a := range in.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			errs = append(errs, sandbox.Invalid(fmt.Sprintf("argv[%d]", i), "contains a NUL byte"))
-		}
-	}
+	// The request's shape (command or argv, NUL bytes) is checked once, by
+	// the policy's admission (sandbox.ExecRequest.Check); here only what the
+	// wire itself carries.
 	errs = append(errs, checkPath("cwd", in.Cwd, false), checkPath("tag", in.Tag, false))
-	for k, v := range in.Env {
-		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
-			errs = append(errs, sandbox.Invalid("env", "%q contains a NUL byte", truncate(strings.ReplaceAll(k, "\x00", ""), 80)))
-		}
-	}
 	var err error
 	if req.Stdin, err = textOrBase64("stdin", in.Stdin, in.StdinBase64); err != nil {
 		errs = append(errs, err)
