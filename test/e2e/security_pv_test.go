@@ -860,8 +860,15 @@ func rs04Control(r *run) error {
 
 func rs04Attack(r *run) error {
 	id := r.a()
-	var before unix.Statfs_t
-	unix.Statfs(r.d.dataDir, &before)
+	// What the host loses is what the data dir's disk image takes up on it:
+	// its allocated blocks (the image is sparse, and gives back what the
+	// sandboxes free). Measured on the image, not as the host's free space,
+	// which everything else running on the host moves too.
+	img := filepath.Join(r.d.dataDir, "backends", "native", "disk.img")
+	before, err := allocated(img)
+	if err != nil {
+		return err
+	}
 	for _, c := range []struct{ where, cmd string }{
 		{"workspace, fallocate", "fallocate -l 200M /workspace/fa 2>&1; echo rc=$?"},
 		{"workspace, dd", "dd if=/dev/zero of=/workspace/dd bs=1M count=200 2>&1 | grep -v records; echo rc=$?"},
@@ -873,10 +880,13 @@ func rs04Attack(r *run) error {
 		}
 		r.sh(id, "rm -f /workspace/fa /workspace/dd /usr/local/dd")
 	}
-	var after unix.Statfs_t
-	unix.Statfs(r.d.dataDir, &after)
-	if lost := (int64(before.Bavail) - int64(after.Bavail)) * after.Bsize; lost > 64<<20+32<<20 {
-		r.breach("RS-04: the host lost %d MiB of free space to a 64 MiB quota", lost>>20)
+	after, err := allocated(img)
+	if err != nil {
+		return err
+	}
+	r.note("the disk image took %d MiB more of the host after three fills and deletes", (after-before)>>20)
+	if lost := after - before; lost > 64<<20+32<<20 {
+		r.breach("RS-04: the host lost %d MiB of free space to a 64 MiB quota (the disk image grew from %d to %d MiB)", lost>>20, before>>20, after>>20)
 	}
 	// Space comes back after deleting; the sibling and the daemon still write.
 	if res := r.sh(id, "head -c 32M /dev/zero > /workspace/again && echo again"); !strings.Contains(res.Stdout, "again") {
@@ -930,4 +940,13 @@ else:
 	}
 	r.sh(r.a(), "rm -rf /workspace/many")
 	return nil
+}
+
+// allocated returns the bytes a file takes up on its filesystem.
+func allocated(path string) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("the data dir's disk image: %w", err)
+	}
+	return st.Blocks * 512, nil
 }
