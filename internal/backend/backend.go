@@ -57,12 +57,6 @@ type Instance struct {
 	Serving bool
 }
 
-// Pauser is implemented by drivers that can freeze a sandbox in place.
-type Pauser interface {
-	Pause(ctx context.Context, id sandbox.ID) error
-	Resume(ctx context.Context, id sandbox.ID) error
-}
-
 // Resizer is implemented by drivers that can change a running sandbox's limits
 // (memory, pids, CPU) in place. The manager's warm pool needs it to hand out a
 // sandbox started ahead of demand with the limits a request asks for.

@@ -31,10 +31,6 @@ func Main(ctx context.Context, args []string) int {
 	return run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
 }
 
-// newHandler builds the HTTP API; a variable so the daemon's own test can stand
-// in for an API that is not built yet.
-var newHandler = func(m *manager.Manager, opts httpapi.Options) http.Handler { return httpapi.New(m, opts) }
-
 // run is Main with its environment and output handed in.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	loaded, err := config.Load(args, getenv)
@@ -169,7 +165,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
 	// output that streams for as long as the command runs.
 	srv := &http.Server{
-		Handler:           newHandler(m, httpapi.Options{Log: base}),
+		Handler:           httpapi.New(m, httpapi.Options{Log: base}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

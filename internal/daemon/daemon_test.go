@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,9 +16,7 @@ import (
 
 	"sbx/internal/backend"
 	"sbx/internal/backend/fake"
-	"sbx/internal/manager"
 	"sbx/internal/sandbox"
-	"sbx/internal/server/httpapi"
 	"sbx/internal/store"
 )
 
@@ -28,30 +24,9 @@ const testBackend = "fake-daemontest"
 
 var registerOnce sync.Once
 
-// setup registers the fake driver under a test-only name and, while httpapi.New
-// is still a stub that panics, stands in a trivial handler so the daemon's own
-// wiring (lock, key, listeners, shutdown) is tested. TODO(lead): drop the stand-in
-// once httpapi is implemented; the test then serves the real API.
+// setup registers the fake driver under a test-only name.
 func setup(t *testing.T) {
 	registerOnce.Do(func() { backend.Register(testBackend, fake.Open) })
-	if httpapiUnimplemented() {
-		t.Log("httpapi.New is unimplemented: serving a stand-in handler")
-		old := newHandler
-		newHandler = func(*manager.Manager, httpapi.Options) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-		}
-		t.Cleanup(func() { newHandler = old })
-	}
-}
-
-func httpapiUnimplemented() (yes bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			yes = fmt.Sprint(r) == "unimplemented"
-		}
-	}()
-	httpapi.New(nil, httpapi.Options{Log: slog.New(slog.DiscardHandler)})
-	return false
 }
 
 type syncBuffer struct {

@@ -57,10 +57,14 @@ func TestAuditRecordsCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fake agent serves no files: the call fails, and is recorded with its code.
-	_, werr := e.m.WriteFile(ctx, sb.ID, "/workspace/secret.txt", []byte(secret), 0o600, false)
-	if werr == nil {
-		t.Fatalf("WriteFile on the fake agent succeeded")
+	// A file call the agent serves, and one it fails: both are recorded, the
+	// second with its code.
+	if _, err := e.m.WriteFile(ctx, sb.ID, "/workspace/secret.txt", []byte(secret), 0o600, false); err != nil {
+		t.Fatalf("WriteFile = %v", err)
+	}
+	_, serr := e.m.Stat(ctx, sb.ID, "/workspace/missing")
+	if serr == nil {
+		t.Fatalf("Stat of a file never written succeeded")
 	}
 	if _, err := e.m.Exec(ctx, sb.ID, sandbox.ExecRequest{Shell: "echo " + secret, Env: map[string]string{"K": secret},
 		Stdin: []byte(secret), Background: true}, false, nil); err != nil {
@@ -99,8 +103,11 @@ func TestAuditRecordsCalls(t *testing.T) {
 	if r := check("create", "key_a", "", "ok"); r.SandboxID != string(sb.ID) {
 		t.Errorf("create record names %q, want %s", r.SandboxID, sb.ID)
 	}
-	if r := check("write_file", "key_a", "/workspace/secret.txt", AuditOutcome(werr)); r.Outcome == "ok" || r.SandboxID != string(sb.ID) {
-		t.Errorf("write_file record = %+v, want the failure's code", r)
+	if r := check("write_file", "key_a", "/workspace/secret.txt", "ok"); r.SandboxID != string(sb.ID) {
+		t.Errorf("write_file record = %+v, want it to name %s", r, sb.ID)
+	}
+	if r := check("stat", "key_a", "/workspace/missing", AuditOutcome(serr)); r.Outcome == "ok" || r.SandboxID != string(sb.ID) {
+		t.Errorf("stat record = %+v, want the failure's code", r)
 	}
 	starts := find(recs, "exec_start")
 	if len(starts) != 2 || starts[0].Target != "/bin/sh" || starts[1].Target != "/usr/bin/env" ||

@@ -1,7 +1,9 @@
 // Package fake is an in-memory backend.Driver for manager and API tests. It fails
-// on demand, records its calls, and serves an agent that answers Health and an
-// Exec that starts nothing and never ends, over in-process pipes. Its agents can
-// be killed or hung on demand. It is a test double: it never proves a real feature.
+// on demand, records its calls, and gives each sandbox an in-memory agent over
+// in-process pipes: health, exec of scripted commands (others start and run
+// until killed), process status and signals, and files (read, write, stat,
+// upload, download, tar archives in and out). Its agents can be killed or hung
+// on demand. It is a test double: it never proves a real feature.
 package fake
 
 import (
@@ -14,9 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
-
-	"sbx/api/agent/sbxagent"
+	"sbx/api/agent/filesystem/filesystemconnect"
 	"sbx/api/agent/sbxagent/sbxagentconnect"
 	"sbx/internal/backend"
 	"sbx/internal/sandbox"
@@ -48,14 +48,21 @@ type Driver struct {
 	lis          *pipeListener
 	serveStarted bool
 	agents       map[sandbox.ID]*agentState // of started or recovered sandboxes
+	scripts      map[string]Run             // by command (Script)
 }
 
-// agentState is the fake agent of one sandbox.
+// agentState is the fake agent of one sandbox; d.mu guards it.
 type agentState struct {
+	id    sandbox.ID
 	ended chan struct{} // closed when the agent ends (Kill, Stop, Destroy)
 	exit  sandbox.Exit  // set before ended closes
 	hung  bool          // reads on its connections block until they close
 	conns []*agentConn  // client ends of its connections
+
+	procs    map[string]*process // by process id (agent.go)
+	started  int                 // processes started, numbering their ids
+	files    map[string]*file    // by absolute path (files.go)
+	archives []Archive           // archive bodies received, oldest first
 }
 
 // New returns a fake driver reporting itself as name, available, as a sandbox
@@ -73,15 +80,28 @@ func New(name string) *Driver {
 		running: map[sandbox.ID]bool{},
 		held:    map[sandbox.ID]bool{},
 		agents:  map[sandbox.ID]*agentState{},
+		scripts: map[string]Run{},
 	}
 	d.lis = &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-	path, h := sbxagentconnect.NewAgentHandler(agent{})
+	g := &agent{d: d}
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
+	mux.Handle(sbxagentconnect.NewAgentHandler(g))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(g))
+	mux.HandleFunc("GET /files", g.download)
+	mux.HandleFunc("POST /files", g.upload)
+	mux.HandleFunc("GET /files/archive", g.downloadArchive)
+	mux.HandleFunc("POST /files/archive", g.extractArchive)
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	d.srv = &http.Server{Handler: mux, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
+	d.srv = &http.Server{Handler: mux, Protocols: &p, ReadHeaderTimeout: 10 * time.Second,
+		// One server serves every sandbox: a call finds its agent by its connection.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(*serverConn); ok {
+				return context.WithValue(ctx, agentKey{}, sc.a)
+			}
+			return ctx
+		}}
 	return d
 }
 
@@ -271,7 +291,7 @@ func (d *Driver) instance(id sandbox.ID) *backend.Instance {
 		iso.Layers[k] = v
 	}
 	if a := d.agents[id]; a == nil || isClosed(a.ended) {
-		d.agents[id] = &agentState{ended: make(chan struct{})}
+		d.agents[id] = &agentState{id: id, ended: make(chan struct{}), procs: map[string]*process{}, files: map[string]*file{}}
 	}
 	dial := func(ctx context.Context) (net.Conn, error) { return d.dial(ctx, id) }
 	return &backend.Instance{ID: id, Dial: dial, Applied: iso, Saved: []byte("fake:" + string(id))}
@@ -410,7 +430,7 @@ func (d *Driver) dial(ctx context.Context, id sandbox.ID) (net.Conn, error) {
 	a.conns = append(a.conns, c)
 	d.mu.Unlock()
 	select {
-	case d.lis.conns <- server:
+	case d.lis.conns <- &serverConn{Conn: server, a: a}:
 		return c, nil
 	case <-d.lis.done:
 		client.Close()
@@ -450,23 +470,10 @@ func (c *agentConn) Close() error {
 	return c.Conn.Close()
 }
 
-// agent answers Health, and Exec with a started event and then nothing until
-// the call ends.
-type agent struct {
-	sbxagentconnect.UnimplementedAgentHandler
-}
-
-func (agent) Health(context.Context, *connect.Request[sbxagent.HealthRequest]) (*connect.Response[sbxagent.HealthResponse], error) {
-	return connect.NewResponse(&sbxagent.HealthResponse{Version: "fake"}), nil
-}
-
-func (agent) Exec(ctx context.Context, _ *connect.Request[sbxagent.ExecRequest], out *connect.ServerStream[sbxagent.ExecEvent]) error {
-	err := out.Send(&sbxagent.ExecEvent{Event: &sbxagent.ExecEvent_Started{Started: &sbxagent.Started{Id: "fake-1", Pid: 42}}})
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return ctx.Err()
+// serverConn is the agent's end of a connection, naming the agent it reaches.
+type serverConn struct {
+	net.Conn
+	a *agentState
 }
 
 // pipeListener hands the server ends of net.Pipe connections to http.Server.

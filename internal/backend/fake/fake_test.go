@@ -31,8 +31,11 @@ func TestStartDialHealthDestroy(t *testing.T) {
 	if _, err := c.Health(ctx, connect.NewRequest(&sbxagent.HealthRequest{})); err != nil {
 		t.Errorf("Health = %v", err)
 	}
-	if _, err := c.ReadFile(ctx, connect.NewRequest(&sbxagent.ReadFileRequest{})); connect.CodeOf(err) != connect.CodeUnimplemented {
-		t.Errorf("ReadFile = %v, want unimplemented", err)
+	if _, err := c.ReadFile(ctx, connect.NewRequest(&sbxagent.ReadFileRequest{Path: "/etc/passwd"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("ReadFile(a file never written) = %v, want not found", err)
+	}
+	if _, err := c.Glob(ctx, connect.NewRequest(&sbxagent.GlobRequest{})); connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Errorf("Glob = %v, want unimplemented", err)
 	}
 	if _, err := d.Recover(ctx, id, inst.Saved); err != nil {
 		t.Errorf("Recover(saved) = %v", err)

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,14 +12,17 @@ import (
 	"sbx/internal/sandbox"
 )
 
-// The authenticated key reaches the manager in the request's context.
+// The authenticated key reaches the manager in the request's context: it owns
+// what it creates, and reads as the admin key it is.
 func TestKeyReachesManager(t *testing.T) {
 	e := newAPI(t, Options{})
-	if resp, b := e.do("POST", "/v1/sandboxes", `{}`); resp.StatusCode != 201 {
-		t.Fatalf("create = %d %s", resp.StatusCode, b)
+	id := e.sandbox(`{}`)
+	if sb, err := e.m.Get(t.Context(), sandbox.ID(id)); err != nil || sb.OwnerKey != e.key.ID {
+		t.Errorf("the sandbox's owner = %q (%v), want the admin key %s", sb.OwnerKey, err, e.key.ID)
 	}
-	if len(e.f.callers) != 1 || e.f.callers[0].ID != "k1" || !e.f.callers[0].Admin {
-		t.Errorf("keys the manager saw = %+v, want k1 (admin)", e.f.callers)
+	// Only the admin key reads the records of another key.
+	if resp, b := e.do("GET", "/v1/audit?key_id=another", ""); resp.StatusCode != 200 {
+		t.Errorf("the admin key reading another key's records = %d %s", resp.StatusCode, b)
 	}
 }
 
@@ -54,7 +56,7 @@ func TestCreateIdempotencyKey(t *testing.T) {
 	}
 	// The header twice is refused, not half-read.
 	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/sandboxes", strings.NewReader(`{}`))
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	req.Header.Add("Idempotency-Key", "a")
 	req.Header.Add("Idempotency-Key", "b")
 	r2, err := e.srv.Client().Do(req)
@@ -69,9 +71,14 @@ func TestCreateIdempotencyKey(t *testing.T) {
 
 // A limit refusal is 429 with Retry-After from the manager's hint.
 func TestLimitIs429(t *testing.T) {
-	e := newAPI(t, Options{})
-	e.f.err = &manager.RetryError{After: 1500 * time.Millisecond,
-		Err: fmt.Errorf("%w: key k1 is over its create rate of 1/s", sandbox.ErrLimit)}
+	// One create each 1.5 s, on a clock that stands still: the second create
+	// is 1.5 s early.
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	e := newAPI(t, Options{}, func(o *manager.Options) {
+		o.Now = func() time.Time { return now }
+		o.Limits = manager.Limits{CreateRate: 2.0 / 3, CreateBurst: 1}
+	})
+	e.sandbox(`{}`)
 	resp, b := e.do("POST", "/v1/sandboxes", `{}`)
 	d := decodeErr(t, b)
 	if resp.StatusCode != 429 || d.Code != openapi.CodeResourceExhausted || !strings.Contains(d.Message, "create rate") {

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -37,50 +36,9 @@ type Options struct {
 // DefaultMaxBodyBytes is the default bound of a JSON request body.
 const DefaultMaxBodyBytes = 16 << 20
 
-// service is what the API needs of the manager; *manager.Manager implements it.
-// It exists so the API's own tests can stand in for the manager.
-type service interface {
-	Authenticate(ctx context.Context, token string) (manager.Key, error)
-	Health(ctx context.Context) []manager.BackendHealth
-	Pool() manager.PoolStatus
-	Quarantined(ctx context.Context) []sandbox.ID
-
-	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error)
-	CreateIdempotent(ctx context.Context, req sandbox.CreateRequest, key string) (sandbox.Sandbox, bool, error)
-	Audit(ctx context.Context, q manager.AuditQuery) ([]manager.AuditRecord, error)
-	Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error)
-	List(ctx context.Context, labels map[string]string) ([]sandbox.Sandbox, error)
-	Update(ctx context.Context, id sandbox.ID, u manager.Update) (sandbox.Sandbox, error)
-	Delete(ctx context.Context, id sandbox.ID) error
-
-	Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecRequest, stream bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error)
-	Processes(ctx context.Context, id sandbox.ID) ([]sandbox.ProcessInfo, error)
-	Process(ctx context.Context, id sandbox.ID, pid string) (sandbox.ProcessInfo, error)
-	Attach(ctx context.Context, id sandbox.ID, pid string, replay bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error)
-	WaitProcess(ctx context.Context, id sandbox.ID, pid string, timeout time.Duration) (sandbox.ProcessInfo, error)
-	WriteStdin(ctx context.Context, id sandbox.ID, pid string, data []byte, eof bool) error
-	Signal(ctx context.Context, id sandbox.ID, pid string, sig int) (string, error)
-
-	ReadFile(ctx context.Context, id sandbox.ID, path string, offset, limit int64) (sandbox.ReadResult, error)
-	WriteFile(ctx context.Context, id sandbox.ID, path string, content []byte, mode uint32, appendTo bool) (sandbox.FileInfo, error)
-	Stat(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error)
-	ListDir(ctx context.Context, id sandbox.ID, path string, depth int) ([]sandbox.FileInfo, error)
-	MakeDir(ctx context.Context, id sandbox.ID, path string) (sandbox.FileInfo, error)
-	Move(ctx context.Context, id sandbox.ID, src, dst string) (sandbox.FileInfo, error)
-	Remove(ctx context.Context, id sandbox.ID, path string) error
-	Glob(ctx context.Context, id sandbox.ID, pattern, dir string, limit int) ([]string, bool, error)
-	Grep(ctx context.Context, id sandbox.ID, req manager.GrepRequest) ([]sandbox.GrepMatch, bool, error)
-	Download(ctx context.Context, id sandbox.ID, path string) (io.ReadCloser, sandbox.FileInfo, error)
-	Upload(ctx context.Context, id sandbox.ID, path string, r io.Reader, size int64, mode uint32) (sandbox.FileInfo, error)
-	UploadArchive(ctx context.Context, id sandbox.ID, dir string, r io.Reader, size int64, lim sandbox.ArchiveLimits) (sandbox.ArchiveResult, error)
-	DownloadArchive(ctx context.Context, id sandbox.ID, dir string, gzip bool) (io.ReadCloser, error)
-}
-
-var _ service = (*manager.Manager)(nil)
-
-// server is the /v1 API over one service.
+// server is the /v1 API over one manager.
 type server struct {
-	m        service
+	m        *manager.Manager
 	log      *slog.Logger
 	maxBody  int64
 	bodyRate bodyRate
@@ -90,7 +48,7 @@ type server struct {
 // New returns the /v1 handler over m.
 func New(m *manager.Manager, opts Options) http.Handler { return newServer(m, opts) }
 
-func newServer(m service, opts Options) *server {
+func newServer(m *manager.Manager, opts Options) *server {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

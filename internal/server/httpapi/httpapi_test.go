@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sbx/api/openapi"
+	"sbx/internal/backend/fake"
 	"sbx/internal/manager"
 	"sbx/internal/sandbox"
 )
@@ -58,7 +59,7 @@ func TestWriteErrorTable(t *testing.T) {
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := newServer(newFake(), Options{Log: slogTo(&logs)})
+			s := newServer(nil, Options{Log: slogTo(&logs)}) // writeError asks no manager
 			rec := httptest.NewRecorder()
 			r := httptest.NewRequest("GET", "/v1/sandboxes/"+string(id), nil)
 			r.SetPathValue("id", string(id))
@@ -126,7 +127,7 @@ func TestHandlerErrorsNameOpAndSandbox(t *testing.T) {
 		t.Errorf("request id header %q, body %q", resp.Header.Get("X-Request-Id"), d.RequestID)
 	}
 	// An error raised by the API itself (decoding) is named after the route too.
-	id := e.sandbox()
+	id := e.sandbox(`{}`)
 	_, b = e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"command":"true","timeout":0}`)
 	if d := decodeErr(t, b); d.Op != "exec" || d.SandboxID != id || !strings.HasPrefix(d.Message, "exec "+id+": invalid argument: timeout") {
 		t.Errorf("exec timeout 0 = %+v", d)
@@ -160,7 +161,7 @@ func TestAuthOnEveryRoute(t *testing.T) {
 	e := newAPI(t, Options{})
 	for _, rt := range e.s.routes() {
 		path := strings.NewReplacer("{id}", "aaaaaaaaaaaaaaaaaaaaaaaaaa", "{pid}", "p1").Replace(rt.path)
-		for _, auth := range []string{"", "Bearer", "Bearer ", "Basic abc", "Bearer wrong", "bearer " + testKey + "x", testKey} {
+		for _, auth := range []string{"", "Bearer", "Bearer ", "Basic abc", "Bearer wrong", "bearer " + e.token + "x", e.token} {
 			req, _ := http.NewRequest(rt.method, e.srv.URL+path, strings.NewReader(`{}`))
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
@@ -190,7 +191,7 @@ func TestAuthOnEveryRoute(t *testing.T) {
 	}
 	// Scheme is case-insensitive.
 	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/sandboxes", nil)
-	req.Header.Set("Authorization", "bearer "+testKey)
+	req.Header.Set("Authorization", "bearer "+e.token)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
 		t.Errorf("openapi = %q, want 3.1.x", doc.OpenAPI)
 	}
-	s := newServer(newFake(), Options{})
+	s := newServer(nil, Options{}) // the routing table asks no manager
 	routed := map[string]bool{}
 	for _, rt := range s.routes() {
 		key := strings.ToLower(rt.method) + " " + rt.path
@@ -275,7 +276,16 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 }
 
 func TestPublicRoutes(t *testing.T) {
-	e := newAPI(t, Options{})
+	e := newAPI(t, Options{}, func(o *manager.Options) { o.PoolSize = 2 })
+	// Once the warm pool is full, a create takes one of its sandboxes, whose
+	// replacement then starts for as long as the test runs: one of two ready.
+	for deadline := time.Now().Add(time.Minute); e.m.Pool().Ready < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pool did not fill: %+v", e.m.Pool())
+		}
+	}
+	e.d.SetStartDelay(time.Hour)
+	e.sandbox(`{}`)
 	resp, err := http.Get(e.srv.URL + "/v1/health")
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +357,7 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
+	id := e.sandbox(`{}`)
 	for _, tc := range []struct {
 		name, method, path, body string
 		status                   int
@@ -406,7 +416,7 @@ func TestHostileBodies(t *testing.T) {
 	// 100 MB declared: refused before reading.
 	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/sandboxes", io.LimitReader(zeros{}, 100<<20))
 	req.ContentLength = 100 << 20
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err := e.srv.Client().Do(req)
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -419,7 +429,7 @@ func TestHostileBodies(t *testing.T) {
 	// 100 MB chunked: cut at the limit.
 	req, _ = http.NewRequest("POST", e.srv.URL+"/v1/sandboxes", io.MultiReader(strings.NewReader(`{"template":"`), io.LimitReader(zeros{}, 100<<20)))
 	req.ContentLength = -1
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err = e.srv.Client().Do(req)
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -454,15 +464,16 @@ func (zeros) Read(p []byte) (int, error) {
 
 func TestExecJSON(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
-	e.f.events = []sandbox.ExecEvent{{Stdout: []byte("hi\n")}, {Stderr: []byte{0xff, 0x00}}}
+	id := e.sandbox(`{}`)
+	e.d.Script("echo a;b", fake.Run{Output: []fake.Output{{Data: []byte("hi\n")}, {Stderr: true, Data: []byte{0xff, 0x00}}}})
 	resp, b := e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"argv":["echo","a;b"],"stdin":"in"}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("exec = %d %s", resp.StatusCode, b)
 	}
 	var r openapi.ExecResult
 	json.Unmarshal(b, &r)
-	if r.Stdout != "hi\nin" || r.StdoutBase64 != "" || r.ProcessID != "p1" || r.PID != 7 || r.Reason != "exited" {
+	// The fake agent gives stdin back after the script's output, as cat would.
+	if r.Stdout != "hi\nin" || r.StdoutBase64 != "" || r.ProcessID != "fake-1" || r.PID != 42 || r.Reason != "exited" {
 		t.Errorf("result = %s", b)
 	}
 	raw, _ := base64.StdEncoding.DecodeString(r.StderrBase64)
@@ -475,7 +486,7 @@ func TestExecJSON(t *testing.T) {
 		}
 	}
 	resp, b = e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"command":"sleep 9","background":true}`)
-	if resp.StatusCode != 202 || string(b) != "{\"process_id\":\"p1\",\"pid\":7}\n" {
+	if resp.StatusCode != 202 || string(b) != "{\"process_id\":\"fake-2\",\"pid\":43}\n" {
 		t.Errorf("background = %d %s", resp.StatusCode, b)
 	}
 }
@@ -484,21 +495,18 @@ func TestExecJSON(t *testing.T) {
 // every NDJSON line one valid JSON object, and bytes survive exactly.
 func TestExecStreamNDJSONFraming(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
+	id := e.sandbox(`{}`)
 	hostile := [][]byte{
 		[]byte("plain\n"),
 		{0x00, 0x01, 0x1b, '[', '3', '1', 'm', 'r', 'e', 'd', 0x1b, '[', '0', 'm'},
 		{0xff, 0xfe, '\n', '\r', 0xc3}, // invalid UTF-8 and a split sequence
 		[]byte("\u2028\u2029\"}\n{\"type\":\"result\"}\n"),
 	}
+	run := fake.Run{ExitCode: 4}
 	for i, h := range hostile {
-		if i%2 == 0 {
-			e.f.events = append(e.f.events, sandbox.ExecEvent{Stdout: h})
-		} else {
-			e.f.events = append(e.f.events, sandbox.ExecEvent{Stderr: h})
-		}
+		run.Output = append(run.Output, fake.Output{Stderr: i%2 == 1, Data: h})
 	}
-	e.f.result.ExitCode = 4
+	e.d.Script("x", run)
 	for _, how := range [][]string{{"Accept", "application/x-ndjson"}, {"X-None", ""}} {
 		path := "/v1/sandboxes/" + id + "/exec"
 		if how[0] == "X-None" {
@@ -510,6 +518,7 @@ func TestExecStreamNDJSONFraming(t *testing.T) {
 		}
 		var got [][]byte
 		var types []string
+		var started string
 		var result *openapi.ExecResult
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -519,6 +528,8 @@ func TestExecStreamNDJSONFraming(t *testing.T) {
 			}
 			types = append(types, ev.Type)
 			switch ev.Type {
+			case "started":
+				started = ev.ProcessID
 			case "stdout", "stderr":
 				data := []byte(ev.Data)
 				if ev.DataBase64 != "" {
@@ -537,16 +548,16 @@ func TestExecStreamNDJSONFraming(t *testing.T) {
 				t.Errorf("chunk %d = %q, want %q", i, got[i], hostile[i])
 			}
 		}
-		if result == nil || result.ExitCode != 4 || result.ProcessID != "p1" {
-			t.Errorf("result = %+v", result)
+		if result == nil || result.ExitCode != 4 || started == "" || result.ProcessID != started {
+			t.Errorf("result = %+v, want exit code 4 of process %q", result, started)
 		}
 	}
 }
 
 func TestExecStreamSSE(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
-	e.f.events = []sandbox.ExecEvent{{Stdout: []byte("a\n\nb")}}
+	id := e.sandbox(`{}`)
+	e.d.Script("x", fake.Run{Output: []fake.Output{{Data: []byte("a\n\nb")}}})
 	resp, b := e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"command":"x"}`, "Accept", "text/event-stream")
 	if resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("Content-Type = %q", resp.Header.Get("Content-Type"))
@@ -574,7 +585,7 @@ func TestExecStreamErrors(t *testing.T) {
 }
 
 func TestStreamErrorEvent(t *testing.T) {
-	s := newServer(newFake(), Options{})
+	s := newServer(nil, Options{}) // stream runs the function it is given
 	rec := httptest.NewRecorder()
 	r := httptest.NewRequest("POST", "/v1/sandboxes/x/exec", nil)
 	r = r.WithContext(contextWithRequestID(r, "rid"))
@@ -595,34 +606,58 @@ func TestStreamErrorEvent(t *testing.T) {
 
 func TestProcessRoutes(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
-	resp, b := e.do("GET", "/v1/sandboxes/"+id+"/processes/p1", "")
+	id := e.sandbox(`{}`)
+	// start runs a process in the background; the fake agent's runs until
+	// signal 9 ends it.
+	start := func() openapi.ProcessStarted {
+		t.Helper()
+		resp, b := e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"argv":["sleep","9"],"background":true}`)
+		var p openapi.ProcessStarted
+		if resp.StatusCode != 202 || json.Unmarshal(b, &p) != nil || p.ProcessID == "" {
+			t.Fatalf("background exec = %d %s", resp.StatusCode, b)
+		}
+		return p
+	}
+	sleeper := start()
+	resp, b := e.do("GET", "/v1/sandboxes/"+id+"/processes/"+sleeper.ProcessID, "")
 	var p openapi.Process
 	json.Unmarshal(b, &p)
-	if resp.StatusCode != 200 || p.State != "running" || p.PID != 7 || p.ProcessID != "p1" {
+	if resp.StatusCode != 200 || p.State != "running" || p.PID != sleeper.PID || p.ProcessID != sleeper.ProcessID || !slices.Equal(p.Argv, []string{"sleep", "9"}) {
 		t.Errorf("process = %d %s", resp.StatusCode, b)
 	}
-	if resp, b := e.do("GET", "/v1/sandboxes/"+id+"/processes/p2", ""); resp.StatusCode != 404 {
+	if resp, b := e.do("GET", "/v1/sandboxes/"+id+"/processes/p2", ""); resp.StatusCode != 404 || !strings.Contains(decodeErr(t, b).Message, "p2") {
 		t.Errorf("unknown process = %d %s", resp.StatusCode, b)
 	}
 	for sig, want := range map[string]string{`"SIGKILL"`: "stopped", `"KILL"`: "stopped", `9`: "stopped", `"9"`: "stopped", `"sigterm"`: "signaled", `15`: "signaled"} {
-		resp, b := e.do("POST", "/v1/sandboxes/"+id+"/processes/p1/signal", `{"signal":`+sig+`}`)
+		p := start()
+		resp, b := e.do("POST", "/v1/sandboxes/"+id+"/processes/"+p.ProcessID+"/signal", `{"signal":`+sig+`}`)
 		if resp.StatusCode != 200 || string(b) != `{"outcome":"`+want+`"}`+"\n" {
 			t.Errorf("signal %s = %d %s, want %s", sig, resp.StatusCode, b, want)
 		}
+	}
+	// Once killed, the process has exited, with its result, and says so to another signal.
+	e.do("POST", "/v1/sandboxes/"+id+"/processes/"+sleeper.ProcessID+"/signal", `{"signal":"KILL"}`)
+	_, b = e.do("GET", "/v1/sandboxes/"+id+"/processes/"+sleeper.ProcessID, "")
+	p = openapi.Process{}
+	json.Unmarshal(b, &p)
+	if p.State != "exited" || p.Result == nil || p.Result.Signal != 9 || p.Result.ProcessID != sleeper.ProcessID {
+		t.Errorf("killed process = %s", b)
+	}
+	if _, b := e.do("POST", "/v1/sandboxes/"+id+"/processes/"+sleeper.ProcessID+"/signal", `{"signal":15}`); string(b) != `{"outcome":"already_exited"}`+"\n" {
+		t.Errorf("signal to an exited process = %s", b)
 	}
 }
 
 func TestFiles(t *testing.T) {
 	e := newAPI(t, Options{})
-	id := e.sandbox()
+	id := e.sandbox(`{}`)
 	resp, b := e.do("PUT", "/v1/sandboxes/"+id+"/files/write", `{"path":"/workspace/a.bin","content_base64":"AP8=","mode":"0600"}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("write = %d %s", resp.StatusCode, b)
 	}
 	var fi openapi.FileInfo
 	json.Unmarshal(b, &fi)
-	if fi.Size != 2 || fi.Mode != "0644" || fi.Type != "file" {
+	if fi.Size != 2 || fi.Mode != "0600" || fi.Type != "file" || fi.Path != "/workspace/a.bin" {
 		t.Errorf("write = %s", b)
 	}
 	_, b = e.do("GET", "/v1/sandboxes/"+id+"/files/read?path=/workspace/a.bin", "")
@@ -638,6 +673,9 @@ func TestFiles(t *testing.T) {
 	if fc.Content != "é" || fc.ContentBase64 != "" || fc.Offset != 1 || fc.EOF {
 		t.Errorf("read page = %s", b)
 	}
+	if resp, b := e.do("GET", "/v1/sandboxes/"+id+"/files/read?path=/workspace/none", ""); resp.StatusCode != 404 || !strings.Contains(decodeErr(t, b).Message, "/workspace/none") {
+		t.Errorf("read of a missing file = %d %s, want 404 naming it", resp.StatusCode, b)
+	}
 	// Download streams the bytes with their length.
 	resp, b = e.do("GET", "/v1/sandboxes/"+id+"/files/download?path=/workspace/a.bin", "")
 	if resp.StatusCode != 200 || !bytes.Equal(b, []byte{0, 0xff}) || resp.ContentLength != 2 || resp.Header.Get("Content-Type") != "application/octet-stream" {
@@ -645,58 +683,64 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-// Uploads stream: a 1 GiB body passes through without being held.
+// Uploads stream: a 1 GiB body passes through to the agent without being held.
 func TestUploadStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1 GiB upload skipped in -short")
 	}
 	e := newAPI(t, Options{})
-	id := e.sandbox()
-	const n = 1 << 30
+	id := e.sandbox(`{}`)
+	const n = 1 << 30 // the default disk quota: the most one upload may bring
 	req, _ := http.NewRequest("PUT", e.srv.URL+"/v1/sandboxes/"+id+"/files/upload?path=big&mode=0644", io.LimitReader(zeros{}, n))
 	req.ContentLength = -1
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || e.f.uploaded != n {
-		t.Errorf("upload = %d %s, %d bytes reached the manager, want %d", resp.StatusCode, b, e.f.uploaded, n)
+	var fi openapi.FileInfo
+	if resp.StatusCode != 200 || json.Unmarshal(b, &fi) != nil || fi.Size != n {
+		t.Errorf("upload = %d %s, want the agent to have received %d bytes", resp.StatusCode, b, n)
 	}
 }
 
 // An upload's length reaches the manager, which refuses one over the
-// sandbox's quota before reading it: 413, with the connection's rest unread.
+// sandbox's quota before reading it: 413, and the agent is never called.
 func TestUploadLimit(t *testing.T) {
 	e := newAPI(t, Options{})
-	e.f.uploadQuota = 1000
-	id := e.sandbox()
-	req, _ := http.NewRequest("PUT", e.srv.URL+"/v1/sandboxes/"+id+"/files/upload?path=big", io.LimitReader(zeros{}, 5000))
-	req.ContentLength = 5000
-	req.Header.Set("Authorization", "Bearer "+testKey)
+	id := e.sandbox(`{"disk_mb":16}`)
+	// The body never comes: only the announced length can have been judged.
+	body, w := io.Pipe()
+	defer w.Close()
+	req, _ := http.NewRequest("PUT", e.srv.URL+"/v1/sandboxes/"+id+"/files/upload?path=big", body)
+	req.ContentLength = 16<<20 + 1
+	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 413 || e.f.uploadSize != 5000 || e.f.uploaded != 0 {
-		t.Errorf("upload over the quota = %d %s; the manager saw size %d and read %d bytes, want 413, 5000, 0", resp.StatusCode, b, e.f.uploadSize, e.f.uploaded)
+	d := decodeErr(t, b)
+	if resp.StatusCode != 413 || d.Code != "out_of_range" || d.SandboxID != id ||
+		!strings.Contains(d.Message, "the upload's 16777217 bytes are more than the sandbox's disk quota (disk_mb 16") {
+		t.Errorf("upload over the quota = %d %+v, want 413 naming the length, the quota and the sandbox", resp.StatusCode, d)
 	}
-	if d := decodeErr(t, b); d.Code != "out_of_range" || d.SandboxID != id {
-		t.Errorf("upload over the quota: %+v", d)
+	if n := e.d.Called("Upload", sandbox.ID(id)); n != 0 {
+		t.Errorf("the agent got %d uploads, want none", n)
 	}
 }
 
 func TestRequestIDAndLogs(t *testing.T) {
 	var logs bytes.Buffer
 	e := newAPI(t, Options{Log: slogTo(&logs)})
-	id := e.sandbox()
-	resp, _ := e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"command":"echo hunter2","env":{"K":"hunter2"}}`, "X-Request-Id", "abc-123")
-	if resp.Header.Get("X-Request-Id") != "abc-123" {
-		t.Errorf("caller's request id not kept: %q", resp.Header.Get("X-Request-Id"))
+	id := e.sandbox(`{}`)
+	e.d.Script("echo hunter2", fake.Run{Output: []fake.Output{{Data: []byte("hunter2\n")}}})
+	resp, b := e.do("POST", "/v1/sandboxes/"+id+"/exec", `{"command":"echo hunter2","env":{"K":"hunter2"}}`, "X-Request-Id", "abc-123")
+	if resp.Header.Get("X-Request-Id") != "abc-123" || !strings.Contains(string(b), `"stdout":"hunter2\n"`) {
+		t.Errorf("exec = %s with request id %q, want hunter2 and the caller's id", b, resp.Header.Get("X-Request-Id"))
 	}
 	resp, _ = e.do("GET", "/v1/sandboxes", "", "X-Request-Id", "bad id;x")
 	if got := resp.Header.Get("X-Request-Id"); got == "" || strings.ContainsAny(got, " ;") {
@@ -705,7 +749,7 @@ func TestRequestIDAndLogs(t *testing.T) {
 	if !strings.Contains(logs.String(), "request_id=abc-123") || !strings.Contains(logs.String(), "sandbox_id="+id) {
 		t.Errorf("request log lacks ids:\n%s", logs.String())
 	}
-	if strings.Contains(logs.String(), "hunter2") || strings.Contains(logs.String(), testKey) {
+	if strings.Contains(logs.String(), "hunter2") || strings.Contains(logs.String(), e.token) {
 		t.Errorf("a body or key reached the log:\n%s", logs.String())
 	}
 }
