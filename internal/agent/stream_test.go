@@ -110,8 +110,8 @@ func TestStreamHeldByDescendant(t *testing.T) {
 	finished := a.root + "/finished"
 	shell := "(i=0; while [ $i -lt 100 ]; do echo late; sleep 0.05; i=$((i+1)); done; touch " + finished + ") & echo hi"
 	got := execFollow(t, a, sandbox.ExecRequest{Shell: shell, Timeout: time.Minute}, 0)
-	if !bytes.HasPrefix(got.stdout, []byte("hi\n")) {
-		t.Errorf("stdout = %q, want hi first", got.stdout)
+	if !bytes.Contains(got.stdout, []byte("hi\n")) { // the descendant may print before it
+		t.Errorf("stdout = %q, want hi in it", got.stdout)
 	}
 	if exists(finished) {
 		t.Errorf("the result came after the descendant's end: it waited for the descendant")

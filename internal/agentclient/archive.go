@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 
+	agentfiles "sbx/api/agent/files"
 	"sbx/internal/sandbox"
 	"sbx/internal/tarsafe"
 )
@@ -38,17 +39,7 @@ func (c *Client) UploadArchive(ctx context.Context, dir string, r io.Reader, lim
 		return sandbox.ArchiveResult{}, err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Path    string `json:"path"`
-		Entries int64  `json:"entries"`
-		Bytes   int64  `json:"bytes"`
-		Skipped []struct {
-			Name   string `json:"name"`
-			Type   string `json:"type"`
-			Reason string `json:"reason"`
-		} `json:"skipped"`
-		SkippedCount int64 `json:"skipped_count"`
-	}
+	var out agentfiles.ArchiveResult
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil ||
 		out.Entries < 0 || out.Bytes < 0 || out.SkippedCount < int64(len(out.Skipped)) {
 		return sandbox.ArchiveResult{}, &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: malformed archive answer", sandbox.ErrAgentLost)}

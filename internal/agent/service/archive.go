@@ -10,22 +10,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	agentfiles "sbx/api/agent/files"
 )
-
-// archiveSkip and archiveResult are POST /files/archive's answer.
-type archiveSkip struct {
-	Name   string `json:"name"`
-	Type   string `json:"type"`
-	Reason string `json:"reason"`
-}
-
-type archiveResult struct {
-	Path         string        `json:"path"`
-	Entries      int64         `json:"entries"`
-	Bytes        int64         `json:"bytes"`
-	Skipped      []archiveSkip `json:"skipped"`
-	SkippedCount int64         `json:"skipped_count"`
-}
 
 // lowerCap reads query parameter name, which may lower the agent's cap but not
 // raise it.
@@ -81,10 +68,10 @@ func (s *Server) extractArchive(w http.ResponseWriter, r *http.Request) {
 		s.httpError(w, err)
 		return
 	}
-	out := archiveResult{Path: validUTF8(res.Path), Entries: res.Entries, Bytes: res.Bytes,
-		Skipped: make([]archiveSkip, 0, len(res.Skipped)), SkippedCount: res.SkippedCount}
+	out := agentfiles.ArchiveResult{Path: validUTF8(res.Path), Entries: res.Entries, Bytes: res.Bytes,
+		Skipped: make([]agentfiles.ArchiveSkip, 0, len(res.Skipped)), SkippedCount: res.SkippedCount}
 	for _, sk := range res.Skipped {
-		out.Skipped = append(out.Skipped, archiveSkip{Name: validUTF8(sk.Name), Type: sk.Type, Reason: sk.Reason})
+		out.Skipped = append(out.Skipped, agentfiles.ArchiveSkip{Name: validUTF8(sk.Name), Type: sk.Type, Reason: sk.Reason})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)

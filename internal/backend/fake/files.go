@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	agentfiles "sbx/api/agent/files"
 	fspb "sbx/api/agent/filesystem"
 	pb "sbx/api/agent/sbxagent"
 	"sbx/internal/sandbox"
@@ -193,21 +194,6 @@ func (d *Driver) Archives(id sandbox.ID) []Archive {
 	return nil
 }
 
-// archiveResult is POST /files/archive's answer.
-type archiveResult struct {
-	Path         string        `json:"path"`
-	Entries      int64         `json:"entries"`
-	Bytes        int64         `json:"bytes"`
-	Skipped      []archiveSkip `json:"skipped"`
-	SkippedCount int64         `json:"skipped_count"`
-}
-
-type archiveSkip struct {
-	Name   string `json:"name"`
-	Type   string `json:"type"`
-	Reason string `json:"reason"`
-}
-
 // extractArchive is POST /files/archive?path=DIR[&max_bytes=N][&max_entries=N]
 // [&quota_bytes=N]: it extracts the files of a tar or tar.gz body beneath DIR
 // under the archive rules (package tarsafe), all or nothing. Directories are
@@ -232,7 +218,7 @@ func (g *agent) extractArchive(w http.ResponseWriter, r *http.Request) {
 
 	sum, size := sha256.New(), new(counter)
 	body := io.TeeReader(r.Body, io.MultiWriter(sum, size))
-	res := archiveResult{Path: rec.Dir, Skipped: []archiveSkip{}}
+	res := agentfiles.ArchiveResult{Path: rec.Dir, Skipped: []agentfiles.ArchiveSkip{}}
 	out := map[string]*file{}
 	in, err := tarsafe.NewReader(body, maxBytes, capTag)
 	if err == nil {
@@ -245,7 +231,7 @@ func (g *agent) extractArchive(w http.ResponseWriter, r *http.Request) {
 			}
 			if typ, reason, skip := tarsafe.Skipped(hdr); skip {
 				res.SkippedCount++
-				res.Skipped = append(res.Skipped, archiveSkip{Name: hdr.Name, Type: typ, Reason: reason})
+				res.Skipped = append(res.Skipped, agentfiles.ArchiveSkip{Name: hdr.Name, Type: typ, Reason: reason})
 				return nil
 			}
 			comps, err := tarsafe.Components("entry", hdr.Name)
