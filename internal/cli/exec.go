@@ -10,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"sbx/api/openapi"
@@ -117,8 +119,13 @@ const killGrace = 10 * time.Second
 
 // execStream runs req in sandbox id, streaming its output, and returns the exit
 // code for it. When ctx ends first (Ctrl-C), the command is killed: it would
-// otherwise outlive the request.
+// otherwise outlive the request. So it is when what reads sbx's output goes
+// away (`sbx exec ID -- yes | head`): as in a local pipeline, the command
+// ends and sbx exits 141 (128 + SIGPIPE), quietly.
 func execStream(ctx context.Context, e *env, c *client.Client, name, id string, req openapi.ExecRequest, jsonOut bool) int {
+	// A write to a closed stdout then fails with EPIPE instead of ending sbx
+	// at once, before it could stop the command.
+	signal.Ignore(syscall.SIGPIPE)
 	var processID string
 	dropped := map[string]int64{}
 	res, err := c.ExecStream(ctx, id, req, func(ev openapi.Event) error {
@@ -145,12 +152,19 @@ func execStream(ctx context.Context, e *env, c *client.Client, name, id string, 
 		return nil
 	})
 	if err != nil {
-		if ctx.Err() != nil && processID != "" {
+		kill := func() {
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killGrace)
 			c.Signal(kctx, id, processID, "SIGKILL")
 			cancel()
+		}
+		switch {
+		case ctx.Err() != nil && processID != "":
+			kill()
 			fmt.Fprintf(e.stderr, "sbx %s: interrupted; the command was killed\n", name)
 			return 130
+		case errors.Is(err, syscall.EPIPE) && processID != "":
+			kill()
+			return 128 + int(syscall.SIGPIPE)
 		}
 		return e.fail(name, jsonOut, execErrorCode(err), err)
 	}

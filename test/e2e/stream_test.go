@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -250,4 +251,46 @@ func eventType(line []byte) string {
 		return string(rest[:i])
 	}
 	return ""
+}
+
+// TestExecClosedPipe: `sbx exec ID -- yes | head -c 10` ends as a local
+// pipeline does: once its stdout's reader is gone, sbx exits 141 (128 +
+// SIGPIPE), quietly, and the command is gone from the sandbox, not left
+// running to its timeout.
+func TestExecClosedPipe(t *testing.T) {
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	defer d.cleanup()
+	id := d.create(nil)
+	yes := func() string { return strings.TrimSpace(d.sh(id, "ps -eo comm | grep -cx yes || true").Stdout) }
+	cmd := exec.Command(sbxBin, "exec", "--timeout", "600", id, "--", "yes")
+	cmd.Env = append(os.Environ(), "SBX_URL="+d.url, "SBX_API_KEY="+d.key)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(out, make([]byte, 10)); err != nil {
+		t.Fatalf("reading sbx exec's output: %v", err)
+	}
+	// The control: while sbx's output is read, the command runs.
+	if n := yes(); n != "1" {
+		t.Fatalf("control: %s yes processes while sbx exec's output is read, want 1", n)
+	}
+	out.Close() // what head does once it has its 10 bytes
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 141 || stderr.Len() != 0 {
+		t.Errorf("sbx exec into a closed pipe: %v, stderr %q; want exit 141 and nothing", err, stderr.String())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for yes() != "0" {
+		if time.Now().After(deadline) {
+			t.Fatalf("yes still runs in the sandbox 10 s after sbx exited")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
