@@ -106,11 +106,7 @@ type Manager struct {
 	queueTimeout time.Duration
 	beat         time.Duration // between two heartbeat rounds
 	limits       *limiter
-
-	auditLog        auditLog
-	auditLoop       sync.WaitGroup
-	auditRetention  time.Duration
-	auditMaxRecords int
+	auditor      *auditor
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu
@@ -227,14 +223,10 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		flights:      map[flightKey]*flight{},
 		watchers:     map[sandbox.ID]*watcher{},
 	}
-	m.auditLog = auditLog{
-		ch:   make(chan auditItem, auditQueue),
-		log:  log.With(logkey.Component, "audit"),
-		stop: make(chan struct{}),
-	}
-	m.auditRetention, m.auditMaxRecords = opts.AuditRetention, opts.AuditMaxRecords
+	m.auditor = newAuditor(opts.Store, now, log.With(logkey.Component, "audit"),
+		opts.AuditRetention, opts.AuditMaxRecords, m.pruneIdempotency)
 	m.probeAll(ctx)
-	m.startAudit()
+	m.auditor.start(lifetime)
 	return m, nil
 }
 
@@ -266,8 +258,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.poolLoop.Wait()
 	m.watching.Wait()
 	m.drainPool(context.WithoutCancel(ctx))
-	close(m.auditLog.stop) // after the reaper and the pool: their records are written
-	m.auditLoop.Wait()
+	m.auditor.close() // after the reaper and the pool: their records are written
 
 	m.mu.Lock()
 	for id, l := range m.live {

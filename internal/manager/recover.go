@@ -177,7 +177,7 @@ func (m *Manager) forget(ctx context.Context, d backend.Driver, sb sandbox.Sandb
 	}
 	m.limits.release(sb.ID)
 	if sb.State != sandbox.StateWarm {
-		m.auditAs(sb.OwnerKey, sb.ID, "recover_destroy", "", why, nil)
+		m.auditor.record(sb.OwnerKey, sb.ID, "recover_destroy", "", why, nil)
 	}
 	log.InfoContext(cctx, "sandbox destroyed at recovery", "reason", why)
 }
