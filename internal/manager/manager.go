@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -106,6 +105,7 @@ type Manager struct {
 	queueTimeout time.Duration
 	beat         time.Duration // between two heartbeat rounds
 	limits       *limiter
+	pool         *warmPool
 	auditor      *auditor
 
 	idemMu  sync.Mutex
@@ -127,17 +127,6 @@ type Manager struct {
 	reports       []probe
 	probedAt      time.Time
 	reaperStarted bool
-
-	poolSize    int
-	pool        []*warm // ready warm sandboxes; guarded by mu
-	poolFilling int     // warm starts in flight; guarded by mu
-	poolKick    chan struct{}
-	poolLoop    sync.WaitGroup
-	// callers counts the creates and execs in flight, and lastCall is when
-	// the last one ended (unix ns): refills wait for a quiet moment (quiet).
-	// Atomic, not under mu.
-	callers  atomic.Int64
-	lastCall atomic.Int64
 
 	// watchers are the agent watchers of live and warm sandboxes (watch.go),
 	// and beating says the heartbeat loop runs; both guarded by mu. watching
@@ -217,12 +206,13 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		live:         map[sandbox.ID]*liveSandbox{},
 		creating:     map[sandbox.ID]bool{},
 		deleting:     map[sandbox.ID]bool{},
-		poolSize:     opts.PoolSize,
-		poolKick:     make(chan struct{}, 1),
 		limits:       newLimiter(opts.Limits),
 		flights:      map[flightKey]*flight{},
 		watchers:     map[sandbox.ID]*watcher{},
 	}
+	m.pool = newWarmPool(opts.PoolSize, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {
+		m.watch(w.id, w.driver.Name, w.client)
+	})
 	m.auditor = newAuditor(opts.Store, now, log.With(logkey.Component, "audit"),
 		opts.AuditRetention, opts.AuditMaxRecords, m.pruneIdempotency)
 	m.probeAll(ctx)
@@ -240,6 +230,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	close(m.closing)
+	m.pool.stop() // with mu held: no refill starts once closed
 	m.mu.Unlock()
 
 	done := make(chan struct{})
@@ -255,9 +246,8 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.cancel(errShutdown) // ends the watchers too: a shutdown is not an agent loss
 	m.reaper.Wait()
-	m.poolLoop.Wait()
 	m.watching.Wait()
-	m.drainPool(context.WithoutCancel(ctx))
+	m.pool.close(context.WithoutCancel(ctx))
 	m.auditor.close() // after the reaper and the pool: their records are written
 
 	m.mu.Lock()

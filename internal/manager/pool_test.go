@@ -90,16 +90,16 @@ func TestRecoverDestroysWarmLeftovers(t *testing.T) {
 // quietGap after the last one ended; with nobody calling it goes at once. Only
 // lower bounds are asserted, and a generous upper one.
 func TestRefillWaitsForQuiet(t *testing.T) {
-	m := &Manager{closing: make(chan struct{})}
+	p := &warmPool{stopping: make(chan struct{})}
 	elapsed := func() time.Duration {
 		start := time.Now()
-		m.quiet()
+		p.quiet()
 		return time.Since(start)
 	}
 	if d := elapsed(); d > time.Second {
 		t.Errorf("no caller ever: quiet took %v", d)
 	}
-	done := m.calling()
+	done := p.calling()
 	if d := elapsed(); d < quietMax {
 		t.Errorf("a caller in flight: quiet returned after %v, before quietMax %v", d, quietMax)
 	}
@@ -107,8 +107,8 @@ func TestRefillWaitsForQuiet(t *testing.T) {
 	if d := elapsed(); d < quietGap/2 {
 		t.Errorf("a caller just ended: quiet returned after %v; want about quietGap %v", d, quietGap)
 	}
-	close(m.closing)
-	m.calling()
+	close(p.stopping)
+	p.calling()
 	if d := elapsed(); d > time.Second {
 		t.Errorf("closing: quiet took %v", d)
 	}

@@ -22,7 +22,7 @@ const recoverParallelism = 16
 // Recover re-adopts the sandboxes the store lists (and whose drivers can reattach)
 // and cleans up the rest, then starts the TTL reaper.
 func (m *Manager) Recover(ctx context.Context) error {
-	defer m.startPool()
+	defer m.pool.start(m.lifetime)
 	defer m.startReaper()
 	rows, err := m.store.ListSandboxes(ctx)
 	if err != nil {

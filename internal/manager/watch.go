@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -218,14 +217,12 @@ func (m *Manager) lose(ctx context.Context, w *watcher, why string, kill bool) {
 			m.loseLive(ctx, w, why, kill)
 			return
 		}
-		if i := slices.IndexFunc(m.pool, func(p *warm) bool { return p.id == w.id }); i >= 0 {
-			p := m.pool[i]
-			m.pool = slices.Delete(m.pool, i, i+1)
+		if p := m.pool.remove(w.id); p != nil { // Manager.mu, then warmPool.mu
 			m.mu.Unlock()
 			m.log.WarnContext(ctx, "agent of a warm sandbox lost; discarding it", logkey.SandboxID, w.id,
 				logkey.Backend, w.backend, "reason", why)
 			m.discardWarm(context.WithoutCancel(ctx), p)
-			m.poolWake()
+			m.pool.wake()
 			return
 		}
 		m.mu.Unlock()

@@ -331,9 +331,9 @@ func TestCloseEndsWatchersAndRecoverRewatches(t *testing.T) {
 func TestWarmAgentLossDiscards(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.PoolSize = 1 })
 	waitReady(t, e.m, 1)
-	e.m.mu.Lock()
-	id := e.m.pool[0].id
-	e.m.mu.Unlock()
+	e.m.pool.mu.Lock()
+	id := e.m.pool.ready[0].id
+	e.m.pool.mu.Unlock()
 	e.fakes[0].Kill(id, sandbox.Exit{Code: 137, Signal: int(syscall.SIGKILL), Reason: sandbox.ReasonSignaled})
 	if !eventually(lossBound, func() bool { return e.fakes[0].Called("Destroy", id) == 1 }) {
 		t.Fatalf("the warm sandbox whose agent died was not destroyed")
@@ -343,10 +343,10 @@ func TestWarmAgentLossDiscards(t *testing.T) {
 	}
 	var fresh sandbox.ID
 	if !eventually(time.Minute, func() bool {
-		e.m.mu.Lock()
-		defer e.m.mu.Unlock()
-		if len(e.m.pool) == 1 {
-			fresh = e.m.pool[0].id
+		e.m.pool.mu.Lock()
+		defer e.m.pool.mu.Unlock()
+		if len(e.m.pool.ready) == 1 {
+			fresh = e.m.pool.ready[0].id
 		}
 		return fresh != "" && fresh != id
 	}) {
