@@ -236,7 +236,7 @@ func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.C
 	m.live[id] = &liveSandbox{client: client, backend: backendName, due: m.elapsed() + left}
 	m.mu.Unlock()
 	m.nudge()
-	m.watch(id, backendName, client)
+	m.watchers.add(id, backendName, m.driver(backendName), client)
 }
 
 // acceptedGaps are the layers iso lacks that the operator accepted by name

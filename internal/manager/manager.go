@@ -103,10 +103,12 @@ type Manager struct {
 	slots        chan struct{} // create admission: one token per create in flight
 	keys         keyCache
 	queueTimeout time.Duration
-	beat         time.Duration // between two heartbeat rounds
-	limits       *limiter
-	pool         *warmPool
-	auditor      *auditor
+	// The components, each with its own lock (the auditor needs none) and
+	// lifecycle; Close stops them.
+	limits   *limiter
+	pool     *warmPool
+	watchers *watchers
+	auditor  *auditor
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu
@@ -118,7 +120,9 @@ type Manager struct {
 	wake     chan struct{} // nudges the reaper; buffered 1
 
 	mu sync.Mutex
-	// Everything below is guarded by mu.
+	// Everything below is guarded by mu. Lock order: mu, then pool.mu or
+	// watchers.mu, never both at once; limits.mu and idemMu are taken with
+	// no other lock held.
 	closed        bool
 	inflight      sync.WaitGroup // creates admitted before Close
 	live          map[sandbox.ID]*liveSandbox
@@ -127,13 +131,6 @@ type Manager struct {
 	reports       []probe
 	probedAt      time.Time
 	reaperStarted bool
-
-	// watchers are the agent watchers of live and warm sandboxes (watch.go),
-	// and beating says the heartbeat loop runs; both guarded by mu. watching
-	// counts their goroutines; Close waits for them.
-	watchers map[sandbox.ID]*watcher
-	beating  bool
-	watching sync.WaitGroup
 }
 
 // liveSandbox is a running sandbox this process can reach.
@@ -198,7 +195,6 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		elapsed:      elapsed,
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
-		beat:         cmp.Or(opts.Heartbeat, DefaultHeartbeat),
 		lifetime:     lifetime,
 		cancel:       cancel,
 		closing:      make(chan struct{}),
@@ -208,10 +204,10 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		deleting:     map[sandbox.ID]bool{},
 		limits:       newLimiter(opts.Limits),
 		flights:      map[flightKey]*flight{},
-		watchers:     map[sandbox.ID]*watcher{},
 	}
+	m.watchers = newWatchers(lifetime, cmp.Or(opts.Heartbeat, DefaultHeartbeat), m.log, m.lose)
 	m.pool = newWarmPool(opts.PoolSize, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {
-		m.watch(w.id, w.driver.Name, w.client)
+		m.watchers.add(w.id, w.driver.Name, w.driver.Driver, w.client)
 	})
 	m.auditor = newAuditor(opts.Store, now, log.With(logkey.Component, "audit"),
 		opts.AuditRetention, opts.AuditMaxRecords, m.pruneIdempotency)
@@ -220,8 +216,9 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops admitting work, waits for in-flight creates within ctx, and stops the
-// reaper and the agent watchers. Sandboxes keep running.
+// Close stops admitting work, waits for in-flight creates within ctx, stops the
+// reaper and the agent watchers, destroys the warm pool's sandboxes, and writes
+// the audit records queued. Other sandboxes keep running.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -230,7 +227,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	close(m.closing)
-	m.pool.stop() // with mu held: no refill starts once closed
+	// With mu held, so no refill and no watcher starts once closed is set.
+	m.pool.stop()
+	m.watchers.stop()
 	m.mu.Unlock()
 
 	done := make(chan struct{})
@@ -246,7 +245,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.cancel(errShutdown) // ends the watchers too: a shutdown is not an agent loss
 	m.reaper.Wait()
-	m.watching.Wait()
+	m.watchers.close()
 	m.pool.close(context.WithoutCancel(ctx))
 	m.auditor.close() // after the reaper and the pool: their records are written
 

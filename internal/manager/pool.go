@@ -341,7 +341,7 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 
 // discardWarm destroys a warm sandbox and drops its record.
 func (m *Manager) discardWarm(ctx context.Context, w *warm) {
-	m.unwatch(w.id)
+	m.watchers.remove(w.id)
 	w.client.Close()
 	m.rollback(ctx, w.driver, w.id, errDiscardWarm)
 }

@@ -164,7 +164,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	m.deleting[id] = true
 	l := m.live[id]
 	delete(m.live, id)
-	m.unwatchLocked(id) // from here on the agent's end is this delete's, not a loss
+	m.watchers.remove(id) // from here on the agent's end is this delete's, not a loss
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()

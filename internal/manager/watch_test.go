@@ -73,7 +73,7 @@ func watcherGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), "manager.(*Manager).runWatcher(")
+	return strings.Count(string(buf), "manager.(*watchers).run(")
 }
 
 // eventually polls cond for up to limit; it reports whether cond came true.
@@ -254,9 +254,9 @@ func TestDeleteIsNotAgentLoss(t *testing.T) {
 	if !eventually(time.Minute, func() bool { return watcherGoroutines() == 0 }) {
 		t.Errorf("%d watcher goroutines after Delete, want 0", watcherGoroutines())
 	}
-	e.m.mu.Lock()
-	n := len(e.m.watchers)
-	e.m.mu.Unlock()
+	e.m.watchers.mu.Lock()
+	n := len(e.m.watchers.byID)
+	e.m.watchers.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d watchers registered after Delete, want 0", n)
 	}
