@@ -254,6 +254,10 @@ func (p *warmPool) refillOne(ctx context.Context) bool {
 		}
 		return false
 	}
+	// Watched before a create can take it: a failed hand-out or a Delete
+	// removes the watcher it finds, and one added after them would outlive
+	// the sandbox. A loss seen meanwhile waits for it to land (lose).
+	p.watch(w)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -262,7 +266,6 @@ func (p *warmPool) refillOne(ctx context.Context) bool {
 	}
 	p.ready = append(p.ready, w)
 	p.mu.Unlock()
-	p.watch(w)
 	return true
 }
 

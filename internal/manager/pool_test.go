@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -111,5 +112,28 @@ func TestRefillWaitsForQuiet(t *testing.T) {
 	p.calling()
 	if d := elapsed(); d > time.Second {
 		t.Errorf("closing: quiet took %v", d)
+	}
+}
+
+// A refilled sandbox is watched before a create can take it. Watched after, a
+// hand-out that failed in between would discard it with no watcher to remove,
+// and the watch that followed would outlive the sandbox until Close; so would
+// one that followed a hand-out and a Delete.
+func TestRefillWatchesBeforeHandOut(t *testing.T) {
+	w := &warm{id: sandbox.NewID(), driver: NamedDriver{Name: "fake"}}
+	var p *warmPool
+	var taken *warm
+	p = newWarmPool(1, make(chan struct{}, 1),
+		func(context.Context) (*warm, error) { return w, nil },
+		func(context.Context, *warm) {},
+		func(*warm) { taken = p.take("fake", w.spec) }) // a create at the moment it is watched
+	if !p.refillOne(t.Context()) {
+		t.Fatalf("refillOne = false, want true after a start")
+	}
+	if taken != nil {
+		t.Errorf("a create took warm sandbox %s before it was watched", w.id)
+	}
+	if got := p.take("fake", w.spec); got != w {
+		t.Errorf("take after the refill = %v, want %s", got, w.id)
 	}
 }

@@ -49,8 +49,8 @@ const (
 	heartbeatMisses = 3
 	// heartbeatParallelism bounds the checks in flight in one round.
 	heartbeatParallelism = 16
-	// handoverPoll is how often a watcher whose sandbox is being handed from the
-	// pool to a caller looks again for where it went.
+	// handoverPoll is how often a watcher whose sandbox is on its way into
+	// the pool, or from it to a caller, looks again for where it went.
 	handoverPoll = 50 * time.Millisecond
 	// lossTimeout bounds what follows a loss: the store write and the kill.
 	lossTimeout = 10 * time.Second
@@ -259,9 +259,9 @@ func (ws *watchers) check(w *watcher) {
 }
 
 // lose acts on the loss of w's agent: a live sandbox goes to state error; a warm
-// one is discarded. A sandbox on its way from the pool to a caller is neither
-// for a moment: lose waits for it to land. An unwatched sandbox (deleted,
-// discarded, or the manager closing) is left alone.
+// one is discarded. A sandbox on its way into the pool, or from it to a caller,
+// is neither for a moment: lose waits for it to land. An unwatched sandbox
+// (deleted, discarded, or the manager closing) is left alone.
 func (m *Manager) lose(ctx context.Context, w *watcher, why string, kill bool) {
 	for {
 		m.mu.Lock()
