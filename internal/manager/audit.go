@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,12 +55,30 @@ type auditItem struct {
 	flush chan struct{}
 }
 
-// auditLog is the queue between calls and the writer.
-type auditLog struct {
+// auditor is the audit log: the bounded queue between calls and its one writer.
+// It needs the store, the wall clock and, for the housekeeping that shares its
+// writer's schedule, one function; each is passed in, not the Manager, so what
+// the writer can reach is what this struct lists. The queue is a channel and the
+// drop count an atomic: calls take no lock.
+type auditor struct {
+	store      *store.Store
+	now        func() time.Time
+	log        *slog.Logger
+	retention  time.Duration // 0: no age bound
+	maxRecords int           // 0: no count bound
+	// pruneAlso runs with each prune of the log: the manager prunes its
+	// idempotency keys there, so one loop does the daemon's housekeeping.
+	pruneAlso func(context.Context)
+
 	ch      chan auditItem
-	dropped atomic.Int64 // since the writer last warned
-	log     *slog.Logger
-	stop    chan struct{} // closed by Close: drain and end
+	dropped atomic.Int64  // since the writer last warned
+	stop    chan struct{} // closed by close: drain and end
+	loop    sync.WaitGroup
+}
+
+func newAuditor(st *store.Store, now func() time.Time, log *slog.Logger, retention time.Duration, maxRecords int, pruneAlso func(context.Context)) *auditor {
+	return &auditor{store: st, now: now, log: log, retention: retention, maxRecords: maxRecords, pruneAlso: pruneAlso,
+		ch: make(chan auditItem, auditQueue), stop: make(chan struct{})}
 }
 
 // auditOutcomes maps error classes to the code names the API uses, in the
@@ -107,16 +126,16 @@ func clip(s string, n int) string {
 	return s
 }
 
-// audit queues the record of a call by ctx's key on sandbox id. It never
-// blocks: with the queue full, the record is dropped and counted.
+// audit queues the record of a call by ctx's key on sandbox id (see record).
 func (m *Manager) audit(ctx context.Context, id sandbox.ID, action, target, detail string, err error) {
-	m.auditAs(keyID(ctx), id, action, target, detail, err)
+	m.auditor.record(keyID(ctx), id, action, target, detail, err)
 }
 
-// auditAs is audit for key keyID.
-func (m *Manager) auditAs(keyID string, id sandbox.ID, action, target, detail string, err error) {
+// record queues the record of a call by key keyID on sandbox id. It never
+// blocks: with the queue full, the record is dropped and counted.
+func (a *auditor) record(keyID string, id sandbox.ID, action, target, detail string, err error) {
 	rec := store.AuditRecord{
-		At:        m.now(),
+		At:        a.now(),
 		KeyID:     keyID,
 		SandboxID: clip(string(id), 64),
 		Action:    action,
@@ -125,23 +144,31 @@ func (m *Manager) auditAs(keyID string, id sandbox.ID, action, target, detail st
 		Detail:    clip(detail, maxAuditDetail),
 	}
 	select {
-	case m.auditLog.ch <- auditItem{rec: rec}:
+	case a.ch <- auditItem{rec: rec}:
 	default:
-		m.auditLog.dropped.Add(1)
+		a.dropped.Add(1)
 	}
 }
 
-// startAudit starts the writer; Close stops it after the last record.
-func (m *Manager) startAudit() {
-	m.auditLoop.Go(m.writeAudit)
+// start starts the writer; close stops it after the last record. ctx gives
+// the writer's calls their values only: records queued before close are
+// written even once ctx is cancelled.
+func (a *auditor) start(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	a.loop.Go(func() { a.write(ctx) })
 }
 
-// writeAudit is the writer: it batches queued records into the store and the
-// log, and prunes old records and idempotency keys every pruneInterval.
-func (m *Manager) writeAudit() {
-	ctx := context.WithoutCancel(m.lifetime) // records queued before Close are still written
-	a := &m.auditLog
-	m.prune(ctx)
+// close drains the queue into the store and waits for the writer to end. Call
+// it once, after the last component that records has stopped.
+func (a *auditor) close() {
+	close(a.stop)
+	a.loop.Wait()
+}
+
+// write is the writer: it batches queued records into the store and the log,
+// and prunes every pruneInterval.
+func (a *auditor) write(ctx context.Context) {
+	a.prune(ctx)
 	tick := time.NewTicker(pruneInterval)
 	defer tick.Stop()
 	batch := make([]store.AuditRecord, 0, auditBatch)
@@ -154,7 +181,7 @@ func (m *Manager) writeAudit() {
 		}
 	}
 	write := func() {
-		m.storeAudit(ctx, batch)
+		a.append(ctx, batch)
 		for _, f := range flushes {
 			close(f)
 		}
@@ -185,7 +212,7 @@ func (m *Manager) writeAudit() {
 			linger.Stop()
 			write()
 		case <-tick.C:
-			m.prune(ctx)
+			a.prune(ctx)
 		case <-a.stop:
 			for len(a.ch) > 0 { // this goroutine alone receives: no wait
 				add(<-a.ch)
@@ -199,13 +226,12 @@ func (m *Manager) writeAudit() {
 	}
 }
 
-// storeAudit writes recs to the store, then to the log.
-func (m *Manager) storeAudit(ctx context.Context, recs []store.AuditRecord) {
+// append writes recs to the store, then to the log.
+func (a *auditor) append(ctx context.Context, recs []store.AuditRecord) {
 	if len(recs) == 0 {
 		return
 	}
-	a := &m.auditLog
-	if err := m.store.AppendAudit(ctx, recs); err != nil {
+	if err := a.store.AppendAudit(ctx, recs); err != nil {
 		a.log.ErrorContext(ctx, "writing audit records failed; they are in this log only", "records", len(recs), logkey.Err, err)
 	}
 	for _, r := range recs {
@@ -218,13 +244,13 @@ func (m *Manager) storeAudit(ctx context.Context, recs []store.AuditRecord) {
 	}
 }
 
-// flushAudit waits, boundedly, until the records queued before it are written.
-func (m *Manager) flushAudit(ctx context.Context) {
+// flush waits, boundedly, until the records queued before it are written.
+func (a *auditor) flush(ctx context.Context) {
 	done := make(chan struct{})
 	t := time.NewTimer(auditFlushWait)
 	defer t.Stop()
 	select {
-	case m.auditLog.ch <- auditItem{flush: done}:
+	case a.ch <- auditItem{flush: done}:
 	case <-ctx.Done():
 		return
 	case <-t.C:
@@ -237,25 +263,22 @@ func (m *Manager) flushAudit(ctx context.Context) {
 	}
 }
 
-// prune deletes audit records beyond the retention and idempotency keys past
-// theirs.
-func (m *Manager) prune(ctx context.Context) {
-	now := m.now()
+// prune deletes the records beyond the retention and the count bound, then
+// runs pruneAlso.
+func (a *auditor) prune(ctx context.Context) {
 	var before time.Time
-	if m.auditRetention > 0 {
-		before = now.Add(-m.auditRetention)
+	if a.retention > 0 {
+		before = a.now().Add(-a.retention)
 	}
-	if !before.IsZero() || m.auditMaxRecords > 0 {
-		n, err := m.store.PruneAudit(ctx, before, m.auditMaxRecords)
+	if !before.IsZero() || a.maxRecords > 0 {
+		n, err := a.store.PruneAudit(ctx, before, a.maxRecords)
 		if err != nil {
-			m.auditLog.log.WarnContext(ctx, "pruning the audit log", logkey.Err, err)
+			a.log.WarnContext(ctx, "pruning the audit log", logkey.Err, err)
 		} else if n > 0 {
-			m.auditLog.log.DebugContext(ctx, "pruned the audit log", "records", n)
+			a.log.DebugContext(ctx, "pruned the audit log", "records", n)
 		}
 	}
-	if _, err := m.store.PruneIdempotency(ctx, now.Add(-IdempotencyTTL)); err != nil {
-		m.log.WarnContext(ctx, "pruning idempotency keys", logkey.Err, err)
-	}
+	a.pruneAlso(ctx)
 }
 
 // Audit returns the audit records q selects, newest first. The admin key reads
@@ -280,7 +303,7 @@ func (m *Manager) Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, error
 	case q.Limit > MaxAuditLimit:
 		q.Limit = MaxAuditLimit
 	}
-	m.flushAudit(ctx)
+	m.auditor.flush(ctx)
 	recs, err := m.store.ListAudit(ctx, q)
 	if err != nil {
 		return nil, &sandbox.Error{Op: op, Err: err}

@@ -185,11 +185,11 @@ func TestAuditVisibility(t *testing.T) {
 
 // A full queue drops records and counts them; the call never blocks.
 func TestAuditDropsWhenFull(t *testing.T) {
-	m := &Manager{now: time.Now, auditLog: auditLog{ch: make(chan auditItem, 2)}}
+	a := &auditor{now: time.Now, ch: make(chan auditItem, 2)}
 	done := make(chan struct{})
 	go func() {
 		for range 5 {
-			m.auditAs("k", "", "stat", "/x", "", nil)
+			a.record("k", "", "stat", "/x", "", nil)
 		}
 		close(done)
 	}()
@@ -198,7 +198,7 @@ func TestAuditDropsWhenFull(t *testing.T) {
 	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
 		t.Fatal("audit blocked on a full queue")
 	}
-	if n := m.auditLog.dropped.Load(); n != 3 {
+	if n := a.dropped.Load(); n != 3 {
 		t.Errorf("dropped = %d, want 3", n)
 	}
 }
@@ -212,16 +212,16 @@ func TestAuditPrune(t *testing.T) {
 	for i := range 5 {
 		e.m.audit(ctx, "", "stat", fmt.Sprint("/old", i), "", nil)
 	}
-	e.m.flushAudit(ctx)
-	e.m.prune(context.Background())
+	e.m.auditor.flush(ctx)
+	e.m.auditor.prune(context.Background())
 	recs, _ := e.m.Audit(ctx, AuditQuery{})
 	if len(recs) != 3 || recs[0].Target != "/old4" {
 		t.Errorf("after pruning to 3: %+v", recs)
 	}
 	e.clock.Advance(2 * time.Hour)
 	e.m.audit(ctx, "", "stat", "/new", "", nil)
-	e.m.flushAudit(ctx)
-	e.m.prune(context.Background())
+	e.m.auditor.flush(ctx)
+	e.m.auditor.prune(context.Background())
 	recs, _ = e.m.Audit(ctx, AuditQuery{})
 	if len(recs) != 1 || recs[0].Target != "/new" {
 		t.Errorf("after pruning by age: %+v", recs)

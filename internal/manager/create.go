@@ -22,7 +22,7 @@ import (
 // starts it on the first available driver, and returns the running sandbox,
 // owned by ctx's key. Every call is audited.
 func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
-	defer m.calling()()
+	defer m.pool.calling()()
 	sb, err := m.create(ctx, req)
 	id := sb.ID
 	if err != nil {
@@ -57,7 +57,7 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 			m.limits.cancel(res)
 		}
 	}()
-	if m.poolSize > 0 {
+	if m.pool.size > 0 {
 		if nd, rep, err := m.pick(ctx); err == nil && rep.Sandbox {
 			if sb, ok := m.takeWarm(ctx, nd, spec, res); ok {
 				return sb, nil
@@ -236,7 +236,7 @@ func (m *Manager) adopt(id sandbox.ID, backendName string, client *agentclient.C
 	m.live[id] = &liveSandbox{client: client, backend: backendName, due: m.elapsed() + left}
 	m.mu.Unlock()
 	m.nudge()
-	m.watch(id, backendName, client)
+	m.watchers.add(id, backendName, m.driver(backendName), client)
 }
 
 // acceptedGaps are the layers iso lacks that the operator accepted by name

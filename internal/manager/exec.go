@@ -61,7 +61,7 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 		return nil, err
 	}
 	if !req.Background { // a background process may run for hours: not a caller waiting
-		defer m.calling()()
+		defer m.pool.calling()()
 	}
 	var started *sandbox.ProcessInfo
 	res, err := m.exec(ctx, id, req, stream, func(ev sandbox.ExecEvent) error {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 	"sbx/internal/store"
 )
@@ -162,4 +163,12 @@ func (m *Manager) commitCreate(ctx context.Context, id sandbox.ID, fn func(*sand
 		return m.store.CommitSandbox(ctx, id, fn, idem)
 	}
 	return m.store.UpdateSandbox(ctx, id, fn)
+}
+
+// pruneIdempotency deletes the idempotency keys older than IdempotencyTTL; the
+// audit writer runs it each time it prunes the audit log.
+func (m *Manager) pruneIdempotency(ctx context.Context) {
+	if _, err := m.store.PruneIdempotency(ctx, m.now().Add(-IdempotencyTTL)); err != nil {
+		m.log.WarnContext(ctx, "pruning idempotency keys", logkey.Err, err)
+	}
 }

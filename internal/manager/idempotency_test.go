@@ -110,7 +110,7 @@ func TestIdempotentCreateAcrossRestart(t *testing.T) {
 	if err != nil || replayed || later.ID == first.ID {
 		t.Errorf("after the TTL = %s, replayed %v, %v; want a new sandbox", later.ID, replayed, err)
 	}
-	m.prune(t.Context())
+	m.pruneIdempotency(t.Context())
 	rec, err := e.st.GetIdempotency(t.Context(), "key_a", "op-1")
 	if err != nil || rec.SandboxID != later.ID {
 		t.Errorf("the key after pruning = %+v, %v; want it to name %s", rec, err, later.ID)

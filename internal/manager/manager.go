@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -104,13 +103,12 @@ type Manager struct {
 	slots        chan struct{} // create admission: one token per create in flight
 	keys         keyCache
 	queueTimeout time.Duration
-	beat         time.Duration // between two heartbeat rounds
-	limits       *limiter
-
-	auditLog        auditLog
-	auditLoop       sync.WaitGroup
-	auditRetention  time.Duration
-	auditMaxRecords int
+	// The components, each with its own lock (the auditor needs none) and
+	// lifecycle; Close stops them.
+	limits   *limiter
+	pool     *warmPool
+	watchers *watchers
+	auditor  *auditor
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu
@@ -122,7 +120,9 @@ type Manager struct {
 	wake     chan struct{} // nudges the reaper; buffered 1
 
 	mu sync.Mutex
-	// Everything below is guarded by mu.
+	// Everything below is guarded by mu. Lock order: mu, then pool.mu or
+	// watchers.mu, never both at once; limits.mu and idemMu are taken with
+	// no other lock held.
 	closed        bool
 	inflight      sync.WaitGroup // creates admitted before Close
 	live          map[sandbox.ID]*liveSandbox
@@ -131,24 +131,6 @@ type Manager struct {
 	reports       []probe
 	probedAt      time.Time
 	reaperStarted bool
-
-	poolSize    int
-	pool        []*warm // ready warm sandboxes; guarded by mu
-	poolFilling int     // warm starts in flight; guarded by mu
-	poolKick    chan struct{}
-	poolLoop    sync.WaitGroup
-	// callers counts the creates and execs in flight, and lastCall is when
-	// the last one ended (unix ns): refills wait for a quiet moment (quiet).
-	// Atomic, not under mu.
-	callers  atomic.Int64
-	lastCall atomic.Int64
-
-	// watchers are the agent watchers of live and warm sandboxes (watch.go),
-	// and beating says the heartbeat loop runs; both guarded by mu. watching
-	// counts their goroutines; Close waits for them.
-	watchers map[sandbox.ID]*watcher
-	beating  bool
-	watching sync.WaitGroup
 }
 
 // liveSandbox is a running sandbox this process can reach.
@@ -213,7 +195,6 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		elapsed:      elapsed,
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
-		beat:         cmp.Or(opts.Heartbeat, DefaultHeartbeat),
 		lifetime:     lifetime,
 		cancel:       cancel,
 		closing:      make(chan struct{}),
@@ -221,25 +202,23 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		live:         map[sandbox.ID]*liveSandbox{},
 		creating:     map[sandbox.ID]bool{},
 		deleting:     map[sandbox.ID]bool{},
-		poolSize:     opts.PoolSize,
-		poolKick:     make(chan struct{}, 1),
 		limits:       newLimiter(opts.Limits),
 		flights:      map[flightKey]*flight{},
-		watchers:     map[sandbox.ID]*watcher{},
 	}
-	m.auditLog = auditLog{
-		ch:   make(chan auditItem, auditQueue),
-		log:  log.With(logkey.Component, "audit"),
-		stop: make(chan struct{}),
-	}
-	m.auditRetention, m.auditMaxRecords = opts.AuditRetention, opts.AuditMaxRecords
+	m.watchers = newWatchers(lifetime, cmp.Or(opts.Heartbeat, DefaultHeartbeat), m.log, m.lose)
+	m.pool = newWarmPool(opts.PoolSize, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {
+		m.watchers.add(w.id, w.driver.Name, w.driver.Driver, w.client)
+	})
+	m.auditor = newAuditor(opts.Store, now, log.With(logkey.Component, "audit"),
+		opts.AuditRetention, opts.AuditMaxRecords, m.pruneIdempotency)
 	m.probeAll(ctx)
-	m.startAudit()
+	m.auditor.start(lifetime)
 	return m, nil
 }
 
-// Close stops admitting work, waits for in-flight creates within ctx, and stops the
-// reaper and the agent watchers. Sandboxes keep running.
+// Close stops admitting work, waits for in-flight creates within ctx, stops the
+// reaper and the agent watchers, destroys the warm pool's sandboxes, and writes
+// the audit records queued. Other sandboxes keep running.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -248,6 +227,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	close(m.closing)
+	// With mu held, so no refill and no watcher starts once closed is set.
+	m.pool.stop()
+	m.watchers.stop()
 	m.mu.Unlock()
 
 	done := make(chan struct{})
@@ -263,11 +245,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.cancel(errShutdown) // ends the watchers too: a shutdown is not an agent loss
 	m.reaper.Wait()
-	m.poolLoop.Wait()
-	m.watching.Wait()
-	m.drainPool(context.WithoutCancel(ctx))
-	close(m.auditLog.stop) // after the reaper and the pool: their records are written
-	m.auditLoop.Wait()
+	m.watchers.close()
+	m.pool.close(context.WithoutCancel(ctx))
+	m.auditor.close() // after the reaper and the pool: their records are written
 
 	m.mu.Lock()
 	for id, l := range m.live {

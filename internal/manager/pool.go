@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -27,6 +29,258 @@ type warm struct {
 	client *agentclient.Client
 	spec   sandbox.Spec
 	inst   *backend.Instance
+}
+
+// warmPool keeps up to size warm sandboxes ready and refills them, with its
+// own lock and lifecycle: start, stop (no refill starts) and close (wait for the
+// refills, destroy the ready ones). What a warm sandbox is, and how one is
+// started, discarded and watched, is the manager's: the pool is given those as
+// three functions and the create slots as a channel, not the Manager, so it
+// reaches neither the live map nor Manager.mu.
+//
+// Lock order: Manager.mu, then warmPool.mu. lose looks for a sandbox in the
+// live map and in the pool as one step, and Close stops the pool as it marks
+// the manager closed. The pool calls none of its functions with mu held.
+type warmPool struct {
+	size  int
+	slots chan struct{} // the manager's create admission (queue.go)
+	// newWarm starts one warm sandbox, or fails with errNothingWarm when
+	// there is nothing worth keeping warm.
+	newWarm func(context.Context) (*warm, error)
+	discard func(context.Context, *warm) // destroys a warm sandbox and drops its record
+	watch   func(*warm)                  // starts the watcher of its agent
+
+	kick     chan struct{} // nudges the refill loop; buffered 1
+	stopping chan struct{} // closed by stop
+	loop     sync.WaitGroup
+	// callers counts the creates and execs in flight, and lastCall is when
+	// the last one ended (unix ns): refills wait for a quiet moment (quiet).
+	callers  atomic.Int64
+	lastCall atomic.Int64
+
+	mu sync.Mutex
+	// Everything below is guarded by mu.
+	ready   []*warm
+	filling int // warm starts in flight
+	closed  bool
+}
+
+// errNothingWarm says no warm sandbox can be started now: no sandboxing
+// backend is available, or the policy's defaults do not admit.
+var errNothingWarm = errors.New("nothing to keep warm")
+
+func newWarmPool(size int, slots chan struct{}, newWarm func(context.Context) (*warm, error),
+	discard func(context.Context, *warm), watch func(*warm)) *warmPool {
+	return &warmPool{size: size, slots: slots, newWarm: newWarm, discard: discard, watch: watch,
+		kick: make(chan struct{}, 1), stopping: make(chan struct{})}
+}
+
+// take removes a warm sandbox on driver driverName that can serve spec from the
+// pool and returns it, or nil.
+func (p *warmPool) take(driverName string, spec sandbox.Spec) *warm {
+	p.mu.Lock()
+	var w *warm
+	for i, c := range p.ready {
+		if c.driver.Name == driverName && poolFits(c, spec) {
+			w = c
+			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	if w != nil {
+		p.wake()
+	}
+	return w
+}
+
+// remove takes warm sandbox id out of the pool and returns it, or nil when it
+// is not there. It does not wake the refill loop.
+func (p *warmPool) remove(id sandbox.ID) *warm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.IndexFunc(p.ready, func(w *warm) bool { return w.id == id })
+	if i < 0 {
+		return nil
+	}
+	w := p.ready[i]
+	p.ready = slices.Delete(p.ready, i, i+1)
+	return w
+}
+
+// wake asks the refill loop to look again.
+func (p *warmPool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the refill loop until stop; it is a no-op with no pool. Warm
+// sandboxes start under ctx, the manager's lifetime.
+func (p *warmPool) start(ctx context.Context) {
+	if p.size <= 0 {
+		return
+	}
+	// Refills run in parallel, one per core: a start is mostly the kernel's
+	// and the new process's work, and a drained pool should fill at the rate
+	// the machine can start sandboxes, not one at a time.
+	workers := min(p.size, runtime.GOMAXPROCS(0))
+	p.loop.Go(func() {
+		for {
+			select {
+			case <-p.stopping:
+				return
+			case <-p.kick:
+			}
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for p.refillOne(ctx) {
+					}
+				})
+			}
+			wg.Wait()
+		}
+	})
+	p.wake()
+}
+
+// stop ends refilling: no refill starts from here, and one that finishes
+// discards its sandbox. It does not wait; close does.
+func (p *warmPool) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		close(p.stopping)
+	}
+}
+
+// close stops the pool, waits for the refill loop to end, then destroys every
+// ready warm sandbox under ctx. A refill in flight ends first: end the context
+// given to start to cut it short.
+func (p *warmPool) close(ctx context.Context) {
+	p.stop()
+	p.loop.Wait()
+	p.mu.Lock()
+	ws := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, w := range ws {
+		p.discard(ctx, w)
+	}
+}
+
+// Refills wait until no create or exec has been in flight for quietGap, at
+// most quietMax: the first exec in a sandbox just handed out, which follows
+// its create within a moment, would otherwise share the CPU with the start of
+// the sandbox's replacement. A longer wait lets back-to-back creates drain the
+// pool (measured: 30 ms made them 15% slower; 12 ms does not).
+const (
+	quietGap = 5 * time.Millisecond
+	quietMax = 12 * time.Millisecond
+)
+
+// calling counts a create or exec in flight until the returned func is called.
+func (p *warmPool) calling() (done func()) {
+	p.callers.Add(1)
+	return func() {
+		p.lastCall.Store(time.Now().UnixNano())
+		p.callers.Add(-1)
+	}
+}
+
+// quiet waits for quietGap without a caller, at most quietMax, or stop.
+func (p *warmPool) quiet() {
+	deadline := time.Now().Add(quietMax)
+	for {
+		now := time.Now()
+		wait := quietGap
+		if p.callers.Load() == 0 {
+			wait -= now.Sub(time.Unix(0, p.lastCall.Load()))
+		}
+		if wait <= 0 || !now.Before(deadline) {
+			return
+		}
+		select {
+		case <-p.stopping:
+			return
+		case <-time.After(min(wait, deadline.Sub(now))):
+		}
+	}
+}
+
+// refillOne starts one warm sandbox if the pool is short; it reports whether it
+// should be called again at once.
+func (p *warmPool) refillOne(ctx context.Context) bool {
+	p.mu.Lock()
+	short := len(p.ready)+p.filling < p.size && !p.closed
+	if short {
+		p.filling++
+	}
+	p.mu.Unlock()
+	if !short {
+		return false
+	}
+	defer func() {
+		p.mu.Lock()
+		p.filling--
+		p.mu.Unlock()
+	}()
+	// Creates that callers wait for go first: the pool takes a slot only when
+	// one is free right now, and otherwise tries again shortly.
+	p.quiet()
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		select {
+		case <-p.stopping:
+			return false
+		case <-time.After(20 * time.Millisecond):
+			return true
+		}
+	}
+	defer func() { <-p.slots }()
+	w, err := p.newWarm(ctx)
+	if errors.Is(err, errNothingWarm) {
+		return false
+	}
+	if err != nil {
+		// Back off instead of spinning on a failing backend.
+		select {
+		case <-p.stopping:
+		case <-time.After(time.Second):
+		}
+		return false
+	}
+	// Watched before a create can take it: a failed hand-out or a Delete
+	// removes the watcher it finds, and one added after them would outlive
+	// the sandbox. A loss seen meanwhile waits for it to land (lose).
+	p.watch(w)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(context.WithoutCancel(ctx), w)
+		return false
+	}
+	p.ready = append(p.ready, w)
+	p.mu.Unlock()
+	return true
+}
+
+// PoolStatus is the warm pool as health shows it.
+type PoolStatus struct {
+	Size  int
+	Ready int
+}
+
+// Pool reports the warm pool's target size and how many sandboxes are ready.
+func (m *Manager) Pool() PoolStatus {
+	p := m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PoolStatus{Size: p.size, Ready: len(p.ready)}
 }
 
 // poolSpec is the shape warm sandboxes are started with: the policy's defaults.
@@ -51,20 +305,10 @@ func poolFits(w *warm, spec sandbox.Spec) bool {
 // takeWarm hands out a warm sandbox for spec to ctx's key, whose place res
 // holds (the hand-out passes the same limits as a cold create), or returns false.
 func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spec, res *reservation) (sandbox.Sandbox, bool) {
-	m.mu.Lock()
-	var w *warm
-	for i, c := range m.pool {
-		if c.driver.Name == nd.Name && poolFits(c, spec) {
-			w = c
-			m.pool = append(m.pool[:i], m.pool[i+1:]...)
-			break
-		}
-	}
-	m.mu.Unlock()
+	w := m.pool.take(nd.Name, spec)
 	if w == nil {
 		return sandbox.Sandbox{}, false
 	}
-	m.poolWake()
 	spec.ID = w.id
 	m.limits.bind(res, w.id)
 	log := m.log.With(logkey.SandboxID, w.id, logkey.Backend, nd.Name)
@@ -100,151 +344,30 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 
 // discardWarm destroys a warm sandbox and drops its record.
 func (m *Manager) discardWarm(ctx context.Context, w *warm) {
-	m.unwatch(w.id)
+	m.watchers.remove(w.id)
 	w.client.Close()
 	m.rollback(ctx, w.driver, w.id, errDiscardWarm)
 }
 
-// poolWake asks the refill loop to look again.
-func (m *Manager) poolWake() {
-	select {
-	case m.poolKick <- struct{}{}:
-	default:
-	}
-}
-
-// startPool runs the refill loop until Close; it is a no-op with no pool.
-func (m *Manager) startPool() {
-	if m.poolSize <= 0 {
-		return
-	}
-	// Refills run in parallel, one per core: a start is mostly the kernel's
-	// and the new process's work, and a drained pool should fill at the rate
-	// the machine can start sandboxes, not one at a time.
-	workers := min(m.poolSize, runtime.GOMAXPROCS(0))
-	m.poolLoop.Go(func() {
-		for {
-			select {
-			case <-m.closing:
-				return
-			case <-m.poolKick:
-			}
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					for m.refillOne() {
-					}
-				})
-			}
-			wg.Wait()
-		}
-	})
-	m.poolWake()
-}
-
-// Refills wait until no create or exec has been in flight for quietGap, at
-// most quietMax: the first exec in a sandbox just handed out, which follows
-// its create within a moment, would otherwise share the CPU with the start of
-// the sandbox's replacement. A longer wait lets back-to-back creates drain the
-// pool (measured: 30 ms made them 15% slower; 12 ms does not).
-const (
-	quietGap = 5 * time.Millisecond
-	quietMax = 12 * time.Millisecond
-)
-
-// calling counts a create or exec in flight until the returned func is called.
-func (m *Manager) calling() (done func()) {
-	m.callers.Add(1)
-	return func() {
-		m.lastCall.Store(time.Now().UnixNano())
-		m.callers.Add(-1)
-	}
-}
-
-// quiet waits for quietGap without a caller, at most quietMax, or Close.
-func (m *Manager) quiet() {
-	deadline := time.Now().Add(quietMax)
-	for {
-		now := time.Now()
-		wait := quietGap
-		if m.callers.Load() == 0 {
-			wait -= now.Sub(time.Unix(0, m.lastCall.Load()))
-		}
-		if wait <= 0 || !now.Before(deadline) {
-			return
-		}
-		select {
-		case <-m.closing:
-			return
-		case <-time.After(min(wait, deadline.Sub(now))):
-		}
-	}
-}
-
-// refillOne starts one warm sandbox if the pool is short; it reports whether it
-// should be called again at once.
-func (m *Manager) refillOne() bool {
-	ctx := m.lifetime
-	m.mu.Lock()
-	short := len(m.pool)+m.poolFilling < m.poolSize && !m.closed
-	if short {
-		m.poolFilling++
-	}
-	m.mu.Unlock()
-	if !short {
-		return false
-	}
-	defer func() {
-		m.mu.Lock()
-		m.poolFilling--
-		m.mu.Unlock()
-	}()
-	// Creates that callers wait for go first: the pool takes a slot only when
-	// one is free right now, and otherwise tries again shortly.
-	m.quiet()
-	select {
-	case m.slots <- struct{}{}:
-	default:
-		select {
-		case <-m.closing:
-			return false
-		case <-time.After(20 * time.Millisecond):
-			return true
-		}
-	}
-	defer m.release()
+// nextWarm starts the pool's next warm sandbox: on the first available driver,
+// in the policy's default shape. It fails with errNothingWarm when that driver
+// does not sandbox or the defaults do not admit, and logs why a start failed.
+func (m *Manager) nextWarm(ctx context.Context) (*warm, error) {
 	nd, rep, err := m.pick(ctx)
 	if err != nil || !rep.Sandbox {
-		return false // no sandboxing backend: nothing worth keeping warm
+		return nil, errNothingWarm // no sandboxing backend: nothing worth keeping warm
 	}
 	spec, err := m.poolSpec()
 	if err != nil {
 		m.log.ErrorContext(ctx, "warm pool: the policy's defaults do not admit", logkey.Err, err)
-		return false
+		return nil, errNothingWarm
 	}
 	spec.ID = sandbox.NewID()
 	w, err := m.startWarm(ctx, nd, spec)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.WarnContext(ctx, "warm pool: starting a sandbox failed", logkey.Backend, nd.Name, logkey.Err, err)
-		}
-		// Back off instead of spinning on a failing backend.
-		select {
-		case <-m.closing:
-		case <-time.After(time.Second):
-		}
-		return false
+	if err != nil && ctx.Err() == nil {
+		m.log.WarnContext(ctx, "warm pool: starting a sandbox failed", logkey.Backend, nd.Name, logkey.Err, err)
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		m.discardWarm(context.WithoutCancel(ctx), w)
-		return false
-	}
-	m.pool = append(m.pool, w)
-	m.mu.Unlock()
-	m.watch(w.id, w.driver.Name, w.client)
-	return true
+	return w, err
 }
 
 // startWarm starts one sandbox for the pool: intent record (state warm), Start,
@@ -295,28 +418,4 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 		return nil, err
 	}
 	return &warm{id: id, driver: nd, client: client, spec: spec, inst: inst}, nil
-}
-
-// drainPool destroys every warm sandbox; Close calls it after the loop stopped.
-func (m *Manager) drainPool(ctx context.Context) {
-	m.mu.Lock()
-	ws := m.pool
-	m.pool = nil
-	m.mu.Unlock()
-	for _, w := range ws {
-		m.discardWarm(ctx, w)
-	}
-}
-
-// PoolStatus is the warm pool as health shows it.
-type PoolStatus struct {
-	Size  int
-	Ready int
-}
-
-// Pool reports the warm pool's target size and how many sandboxes are ready.
-func (m *Manager) Pool() PoolStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return PoolStatus{Size: m.poolSize, Ready: len(m.pool)}
 }

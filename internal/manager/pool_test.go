@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -90,16 +91,16 @@ func TestRecoverDestroysWarmLeftovers(t *testing.T) {
 // quietGap after the last one ended; with nobody calling it goes at once. Only
 // lower bounds are asserted, and a generous upper one.
 func TestRefillWaitsForQuiet(t *testing.T) {
-	m := &Manager{closing: make(chan struct{})}
+	p := &warmPool{stopping: make(chan struct{})}
 	elapsed := func() time.Duration {
 		start := time.Now()
-		m.quiet()
+		p.quiet()
 		return time.Since(start)
 	}
 	if d := elapsed(); d > time.Second {
 		t.Errorf("no caller ever: quiet took %v", d)
 	}
-	done := m.calling()
+	done := p.calling()
 	if d := elapsed(); d < quietMax {
 		t.Errorf("a caller in flight: quiet returned after %v, before quietMax %v", d, quietMax)
 	}
@@ -107,9 +108,32 @@ func TestRefillWaitsForQuiet(t *testing.T) {
 	if d := elapsed(); d < quietGap/2 {
 		t.Errorf("a caller just ended: quiet returned after %v; want about quietGap %v", d, quietGap)
 	}
-	close(m.closing)
-	m.calling()
+	close(p.stopping)
+	p.calling()
 	if d := elapsed(); d > time.Second {
 		t.Errorf("closing: quiet took %v", d)
+	}
+}
+
+// A refilled sandbox is watched before a create can take it. Watched after, a
+// hand-out that failed in between would discard it with no watcher to remove,
+// and the watch that followed would outlive the sandbox until Close; so would
+// one that followed a hand-out and a Delete.
+func TestRefillWatchesBeforeHandOut(t *testing.T) {
+	w := &warm{id: sandbox.NewID(), driver: NamedDriver{Name: "fake"}}
+	var p *warmPool
+	var taken *warm
+	p = newWarmPool(1, make(chan struct{}, 1),
+		func(context.Context) (*warm, error) { return w, nil },
+		func(context.Context, *warm) {},
+		func(*warm) { taken = p.take("fake", w.spec) }) // a create at the moment it is watched
+	if !p.refillOne(t.Context()) {
+		t.Fatalf("refillOne = false, want true after a start")
+	}
+	if taken != nil {
+		t.Errorf("a create took warm sandbox %s before it was watched", w.id)
+	}
+	if got := p.take("fake", w.spec); got != w {
+		t.Errorf("take after the refill = %v, want %s", got, w.id)
 	}
 }

@@ -22,7 +22,7 @@ const recoverParallelism = 16
 // Recover re-adopts the sandboxes the store lists (and whose drivers can reattach)
 // and cleans up the rest, then starts the TTL reaper.
 func (m *Manager) Recover(ctx context.Context) error {
-	defer m.startPool()
+	defer m.pool.start(m.lifetime)
 	defer m.startReaper()
 	rows, err := m.store.ListSandboxes(ctx)
 	if err != nil {
@@ -177,7 +177,7 @@ func (m *Manager) forget(ctx context.Context, d backend.Driver, sb sandbox.Sandb
 	}
 	m.limits.release(sb.ID)
 	if sb.State != sandbox.StateWarm {
-		m.auditAs(sb.OwnerKey, sb.ID, "recover_destroy", "", why, nil)
+		m.auditor.record(sb.OwnerKey, sb.ID, "recover_destroy", "", why, nil)
 	}
 	log.InfoContext(cctx, "sandbox destroyed at recovery", "reason", why)
 }

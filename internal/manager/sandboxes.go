@@ -146,7 +146,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 		if key == "" {
 			key = owner
 		}
-		m.auditAs(key, id, op, "", why, retErr)
+		m.auditor.record(key, id, op, "", why, retErr)
 	}()
 	if err := checkID(op, id); err != nil {
 		return err
@@ -164,7 +164,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	m.deleting[id] = true
 	l := m.live[id]
 	delete(m.live, id)
-	m.unwatchLocked(id) // from here on the agent's end is this delete's, not a loss
+	m.watchers.remove(id) // from here on the agent's end is this delete's, not a loss
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -204,7 +204,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 			r.Error = "teardown failed: " + err.Error()
 			return nil
 		})
-		m.auditAs(owner, id, "quarantine", "", err.Error(), nil)
+		m.auditor.record(owner, id, "quarantine", "", err.Error(), nil)
 		return &sandbox.Error{Op: op, ID: id, Err: &RetryError{
 			Err: fmt.Errorf("%w: destroying sandbox: %v; it is quarantined and its teardown is retried", sandbox.ErrUnavailable, err), After: quarantineRetry}}
 	}

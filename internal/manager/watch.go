@@ -21,7 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"log/slog"
 	"sync"
 	"syscall"
 	"time"
@@ -49,8 +49,8 @@ const (
 	heartbeatMisses = 3
 	// heartbeatParallelism bounds the checks in flight in one round.
 	heartbeatParallelism = 16
-	// handoverPoll is how often a watcher whose sandbox is being handed from the
-	// pool to a caller looks again for where it went.
+	// handoverPoll is how often a watcher whose sandbox is on its way into
+	// the pool, or from it to a caller, looks again for where it went.
 	handoverPoll = 50 * time.Millisecond
 	// lossTimeout bounds what follows a loss: the store write and the kill.
 	lossTimeout = 10 * time.Second
@@ -65,7 +65,7 @@ type watcher struct {
 	backend string
 	driver  backend.Driver
 	client  *agentclient.Client
-	// ctx is the watcher's lifetime: it ends at unwatch or Close.
+	// ctx is the watcher's lifetime: it ends at remove or close.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// silent receives, once, why the heartbeat gave the agent up.
@@ -76,55 +76,112 @@ type watcher struct {
 	last   error
 }
 
-// watch starts a watcher for sandbox id unless one runs already (a warm sandbox
-// handed out keeps the one it had in the pool). After Close it does nothing.
-func (m *Manager) watch(id sandbox.ID, backendName string, client *agentclient.Client) {
-	d := m.driver(backendName)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed || d == nil || m.watchers[id] != nil {
+// watchers runs the watchers of the agents the manager can reach and the one
+// heartbeat loop over them, with its own lock and lifecycle: add and remove,
+// stop (no watcher starts) and close (every watcher ends, and close waits for
+// them). What a loss means for a sandbox (its record, the live map, the pool)
+// is the manager's: watchers is given it as one function, lost, not the
+// Manager, so it reaches neither the live map nor Manager.mu.
+//
+// Lock order: Manager.mu, then watchers.mu. destroy takes a sandbox out of the
+// live map and removes its watcher as one step, lose checks under Manager.mu
+// that its watcher is still current before it marks the sandbox lost, and
+// Close stops the watchers as it marks the manager closed. watchers calls lost
+// with mu not held.
+type watchers struct {
+	beat time.Duration // between the starts of two heartbeat rounds
+	log  *slog.Logger
+	// lost acts on the loss of w's agent, for why; kill says the agent may
+	// still run. It runs on w's goroutine.
+	lost func(ctx context.Context, w *watcher, why string, kill bool)
+
+	ctx    context.Context // ends at close; every watcher's derives from it
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup // the watchers' goroutines and the heartbeat's
+
+	mu sync.Mutex
+	// Everything below is guarded by mu.
+	byID    map[sandbox.ID]*watcher
+	beating bool // the heartbeat loop runs
+	closed  bool
+}
+
+// newWatchers returns watchers that end at close, or with ctx.
+func newWatchers(ctx context.Context, beat time.Duration, log *slog.Logger,
+	lost func(ctx context.Context, w *watcher, why string, kill bool)) *watchers {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return &watchers{beat: beat, log: log, lost: lost, ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*watcher{}}
+}
+
+// add starts a watcher for sandbox id, reached through client and driven by d,
+// unless one runs already (a warm sandbox handed out keeps the one it had in
+// the pool) or d is nil. After stop it does nothing.
+func (ws *watchers) add(id sandbox.ID, backendName string, d backend.Driver, client *agentclient.Client) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed || d == nil || ws.byID[id] != nil {
 		return
 	}
-	ctx, cancel := context.WithCancelCause(m.lifetime)
+	ctx, cancel := context.WithCancelCause(ws.ctx)
 	w := &watcher{id: id, backend: backendName, driver: d, client: client, ctx: ctx, cancel: cancel,
 		silent: make(chan string, 1)}
-	m.watchers[id] = w
-	m.watching.Go(func() { m.runWatcher(ctx, w) })
-	if !m.beating {
-		m.beating = true
-		m.watching.Go(m.heartbeat)
+	ws.byID[id] = w
+	ws.wg.Go(func() { ws.run(ctx, w) })
+	if !ws.beating {
+		ws.beating = true
+		ws.wg.Go(ws.heartbeat)
 	}
 }
 
-// unwatch ends sandbox id's watcher, if any.
-func (m *Manager) unwatch(id sandbox.ID) {
-	m.mu.Lock()
-	m.unwatchLocked(id)
-	m.mu.Unlock()
-}
-
-// unwatchLocked is unwatch with m.mu held. Whatever the watcher sees afterwards
-// is not taken for a loss: callers unwatch before they stop or destroy.
-func (m *Manager) unwatchLocked(id sandbox.ID) {
-	if w := m.watchers[id]; w != nil {
-		delete(m.watchers, id)
+// remove ends sandbox id's watcher, if any. Whatever the watcher sees
+// afterwards is not taken for a loss: callers remove it before they stop or
+// destroy the sandbox.
+func (ws *watchers) remove(id sandbox.ID) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if w := ws.byID[id]; w != nil {
+		delete(ws.byID, id)
 		w.cancel(errUnwatched)
 	}
 }
 
-// runWatcher waits for the agent's exit, or for the heartbeat to give it up,
-// until ctx ends (unwatch, Close).
-func (m *Manager) runWatcher(ctx context.Context, w *watcher) {
+// current reports whether w still watches its sandbox: it was not removed.
+func (ws *watchers) current(w *watcher) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.byID[w.id] == w
+}
+
+// stop makes add do nothing from here on; the watchers running go on until
+// close. It does not wait.
+func (ws *watchers) stop() {
+	ws.mu.Lock()
+	ws.closed = true
+	ws.mu.Unlock()
+}
+
+// close stops the watchers, ends every one of them and the heartbeat, and
+// waits for their goroutines, a call of lost in flight included. Ending a
+// watcher is not a loss: a shutdown is not one.
+func (ws *watchers) close() {
+	ws.stop()
+	ws.cancel(errShutdown)
+	ws.wg.Wait()
+}
+
+// run waits for the agent's exit, or for the heartbeat to give it up, until
+// ctx ends (remove, close).
+func (ws *watchers) run(ctx context.Context, w *watcher) {
 	exited := make(chan sandbox.Exit, 1)
 	waiting := make(chan struct{})
-	go func() { // ended by ctx at the latest; runWatcher waits for it
+	go func() { // ended by ctx at the latest; run waits for it
 		defer close(waiting)
 		exit, err := w.driver.Wait(ctx, w.id)
 		switch {
 		case err == nil:
 			exited <- exit
 		case ctx.Err() == nil:
-			m.log.DebugContext(ctx, "the driver cannot wait for this agent; the heartbeat alone watches it",
+			ws.log.DebugContext(ctx, "the driver cannot wait for this agent; the heartbeat alone watches it",
 				logkey.SandboxID, w.id, logkey.Backend, w.backend, logkey.Err, err)
 		}
 	}()
@@ -135,60 +192,60 @@ func (m *Manager) runWatcher(ctx context.Context, w *watcher) {
 	select {
 	case <-ctx.Done():
 	case exit := <-exited:
-		m.lose(ctx, w, describeExit(exit), false)
+		ws.lost(ctx, w, describeExit(exit), false)
 	case why := <-w.silent:
 		select {
 		case exit := <-exited: // it ended meanwhile: its exit says more than silence
-			m.lose(ctx, w, describeExit(exit), false)
+			ws.lost(ctx, w, describeExit(exit), false)
 		default:
-			m.lose(ctx, w, why, true)
+			ws.lost(ctx, w, why, true)
 		}
 	}
 }
 
-// heartbeat checks every watched agent once per interval until Close. A round
+// heartbeat checks every watched agent once per interval until close. A round
 // runs its checks in parallel and ends when the slowest has answered or timed
 // out, within the interval, so rounds do not overlap.
-func (m *Manager) heartbeat() {
-	t := time.NewTicker(m.beat)
+func (ws *watchers) heartbeat() {
+	t := time.NewTicker(ws.beat)
 	defer t.Stop()
 	sem := make(chan struct{}, heartbeatParallelism)
-	var ws []*watcher
+	var round []*watcher
 	for {
 		select {
-		case <-m.lifetime.Done():
+		case <-ws.ctx.Done():
 			return
 		case <-t.C:
 		}
-		ws = ws[:0]
-		m.mu.Lock()
-		for _, w := range m.watchers {
-			ws = append(ws, w)
+		round = round[:0]
+		ws.mu.Lock()
+		for _, w := range ws.byID {
+			round = append(round, w)
 		}
-		m.mu.Unlock()
-		var round sync.WaitGroup
-		for _, w := range ws {
+		ws.mu.Unlock()
+		var checks sync.WaitGroup
+		for _, w := range round {
 			sem <- struct{}{}
-			round.Go(func() {
+			checks.Go(func() {
 				defer func() { <-sem }()
-				m.check(w)
+				ws.check(w)
 			})
 		}
-		round.Wait()
+		checks.Wait()
 	}
 }
 
 // check is one health check of w's agent; the heartbeatMisses-th miss in a row
 // hands the agent to its watcher as lost.
-func (m *Manager) check(w *watcher) {
+func (ws *watchers) check(w *watcher) {
 	if w.ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, m.beat*3/4)
+	ctx, cancel := context.WithTimeout(w.ctx, ws.beat*3/4)
 	err := w.client.Health(ctx)
 	cancel()
 	if w.ctx.Err() != nil {
-		return // unwatched or closing meanwhile: not a miss
+		return // removed or closing meanwhile: not a miss
 	}
 	if err == nil {
 		w.misses = 0
@@ -202,13 +259,13 @@ func (m *Manager) check(w *watcher) {
 }
 
 // lose acts on the loss of w's agent: a live sandbox goes to state error; a warm
-// one is discarded. A sandbox on its way from the pool to a caller is neither
-// for a moment: lose waits for it to land. An unwatched sandbox (deleted,
-// discarded, or the manager closing) is left alone.
+// one is discarded. A sandbox on its way into the pool, or from it to a caller,
+// is neither for a moment: lose waits for it to land. An unwatched sandbox
+// (deleted, discarded, or the manager closing) is left alone.
 func (m *Manager) lose(ctx context.Context, w *watcher, why string, kill bool) {
 	for {
 		m.mu.Lock()
-		if m.watchers[w.id] != w {
+		if !m.watchers.current(w) { // Manager.mu, then watchers.mu
 			m.mu.Unlock()
 			return
 		}
@@ -218,14 +275,12 @@ func (m *Manager) lose(ctx context.Context, w *watcher, why string, kill bool) {
 			m.loseLive(ctx, w, why, kill)
 			return
 		}
-		if i := slices.IndexFunc(m.pool, func(p *warm) bool { return p.id == w.id }); i >= 0 {
-			p := m.pool[i]
-			m.pool = slices.Delete(m.pool, i, i+1)
+		if p := m.pool.remove(w.id); p != nil { // Manager.mu, then warmPool.mu
 			m.mu.Unlock()
 			m.log.WarnContext(ctx, "agent of a warm sandbox lost; discarding it", logkey.SandboxID, w.id,
 				logkey.Backend, w.backend, "reason", why)
 			m.discardWarm(context.WithoutCancel(ctx), p)
-			m.poolWake()
+			m.pool.wake()
 			return
 		}
 		m.mu.Unlock()

@@ -73,7 +73,7 @@ func watcherGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), "manager.(*Manager).runWatcher(")
+	return strings.Count(string(buf), "manager.(*watchers).run(")
 }
 
 // eventually polls cond for up to limit; it reports whether cond came true.
@@ -254,9 +254,9 @@ func TestDeleteIsNotAgentLoss(t *testing.T) {
 	if !eventually(time.Minute, func() bool { return watcherGoroutines() == 0 }) {
 		t.Errorf("%d watcher goroutines after Delete, want 0", watcherGoroutines())
 	}
-	e.m.mu.Lock()
-	n := len(e.m.watchers)
-	e.m.mu.Unlock()
+	e.m.watchers.mu.Lock()
+	n := len(e.m.watchers.byID)
+	e.m.watchers.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d watchers registered after Delete, want 0", n)
 	}
@@ -331,9 +331,9 @@ func TestCloseEndsWatchersAndRecoverRewatches(t *testing.T) {
 func TestWarmAgentLossDiscards(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.PoolSize = 1 })
 	waitReady(t, e.m, 1)
-	e.m.mu.Lock()
-	id := e.m.pool[0].id
-	e.m.mu.Unlock()
+	e.m.pool.mu.Lock()
+	id := e.m.pool.ready[0].id
+	e.m.pool.mu.Unlock()
 	e.fakes[0].Kill(id, sandbox.Exit{Code: 137, Signal: int(syscall.SIGKILL), Reason: sandbox.ReasonSignaled})
 	if !eventually(lossBound, func() bool { return e.fakes[0].Called("Destroy", id) == 1 }) {
 		t.Fatalf("the warm sandbox whose agent died was not destroyed")
@@ -343,10 +343,10 @@ func TestWarmAgentLossDiscards(t *testing.T) {
 	}
 	var fresh sandbox.ID
 	if !eventually(time.Minute, func() bool {
-		e.m.mu.Lock()
-		defer e.m.mu.Unlock()
-		if len(e.m.pool) == 1 {
-			fresh = e.m.pool[0].id
+		e.m.pool.mu.Lock()
+		defer e.m.pool.mu.Unlock()
+		if len(e.m.pool.ready) == 1 {
+			fresh = e.m.pool.ready[0].id
 		}
 		return fresh != "" && fresh != id
 	}) {
