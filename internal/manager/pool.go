@@ -309,6 +309,17 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 	if w == nil {
 		return sandbox.Sandbox{}, false
 	}
+	// Being created until it is live, as a cold create's sandbox is: its
+	// record turns running (and listable) before adopt makes it live, and a
+	// Delete in between would destroy what this create then hands out.
+	m.mu.Lock()
+	m.creating[w.id] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, w.id)
+		m.mu.Unlock()
+	}()
 	spec.ID = w.id
 	m.limits.bind(res, w.id)
 	log := m.log.With(logkey.SandboxID, w.id, logkey.Backend, nd.Name)
