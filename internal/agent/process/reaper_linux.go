@@ -7,6 +7,7 @@ package process
 import (
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +74,24 @@ func sweepGroups() {
 	}
 	clear(reaper.groups[len(keep):])
 	reaper.groups = keep
+}
+
+// awaitReleased waits, for at most limit, until the groups gp lent out and
+// that wait to be empty (releaseGroup) are released: on v1, the thread that
+// forked a process into its group leaves it a moment after the fork, and
+// a closing table should leave no group behind.
+func (gp *groupPool) awaitReleased(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		sweepGroups()
+		reaper.gmu.Lock()
+		pending := slices.ContainsFunc(reaper.groups, func(g *group) bool { return g.pool == gp })
+		reaper.gmu.Unlock()
+		if !pending || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // releaseGroup releases g now if it is empty, else once it is.

@@ -307,6 +307,7 @@ func (t *Table) Close() {
 		t.spawn.close()
 	}
 	t.groups.close()
+	t.groups.awaitReleased(time.Second)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.devNull >= 0 {
