@@ -232,3 +232,64 @@ func TestCountWork(t *testing.T) {
 		t.Errorf("countWork = %+v, want %+v", got, want)
 	}
 }
+
+// execBudget is the most work one exec of `true` in a live sandbox may do in
+// the sandbox's agent and what it starts, counted like createWork: one
+// process (the command) and its exec, and no mkdir (a finished process's
+// cgroup is lent to the next) and no mount.
+var execBudget = createWork{Processes: 1, Execs: 1, Mkdirs: 0, Mounts: 0}
+
+// TestExecWork is the regression guard of the exec path's cost inside the
+// sandbox: it counts the agent's system calls of a kind, not time.
+func TestExecWork(t *testing.T) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Fatalf("strace is needed (make test installs it): %v", err)
+	}
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	defer d.cleanup()
+	id := d.create(nil)
+	run := func() {
+		if res := d.exec(id, map[string]any{"argv": []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exec true = %+v", res)
+		}
+	}
+	run() // the first makes the group the others reuse
+	pids := hostPidsWith(id)
+	if len(pids) != 1 {
+		t.Fatalf("the sandbox's agent: host pids %v, want one", pids)
+	}
+	out := filepath.Join(t.TempDir(), "strace")
+	tr := exec.Command(strace, "-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare", "-p", pids[0])
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // attached, as in TestCreateWork
+	const n = 10
+	for range n {
+		run()
+	}
+	time.Sleep(200 * time.Millisecond)
+	tr.Process.Signal(syscall.SIGINT)
+	tr.Wait()
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := countWork(string(b))
+	per := createWork{Processes: ceilDiv(total.Processes, n), Execs: ceilDiv(total.Execs, n),
+		Mkdirs: ceilDiv(total.Mkdirs, n), Mounts: ceilDiv(total.Mounts, n)}
+	t.Logf("per exec of true: %+v over %d execs (budget %+v)", per, n, execBudget)
+	if total.Execs < n {
+		t.Fatalf("strace saw %d execs of %d (%+v): the count is broken, not the agent", total.Execs, n, total)
+	}
+	for _, c := range []struct {
+		name       string
+		got, limit int
+	}{{"processes", per.Processes, execBudget.Processes}, {"execs", per.Execs, execBudget.Execs},
+		{"mkdirs", per.Mkdirs, execBudget.Mkdirs}, {"mounts", per.Mounts, execBudget.Mounts}} {
+		if c.got > c.limit {
+			t.Errorf("%s per exec = %d, budget %d: a change added work to the exec path", c.name, c.got, c.limit)
+		}
+	}
+}
