@@ -800,8 +800,9 @@ type countingDiscard struct{ n int64 }
 
 func (c *countingDiscard) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
+// median of v (nearest-rank, as every figure of the report).
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return quantile(s, 0.5)
 }
