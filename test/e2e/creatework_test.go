@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,10 +37,6 @@ var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, M
 // TestCreateWork is the regression guard of the create path's cost: it counts
 // work, not time, so it cannot flake on a noisy machine.
 func TestCreateWork(t *testing.T) {
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Fatalf("strace is needed (make test installs it): %v", err)
-	}
 	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
 	defer d.cleanup()
 	cycle := func() {
@@ -52,28 +49,49 @@ func TestCreateWork(t *testing.T) {
 		}
 	}
 	cycle() // the first builds the shared layers
-	out := filepath.Join(t.TempDir(), "strace")
-	// The daemon and its spawner, which forks the sandboxes' init stages.
-	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare",
-		"-p", fmt.Sprint(d.cmd.Process.Pid)}
-	for _, pid := range childrenWith(d.cmd.Process.Pid, "__sbx_spawner") {
-		args = append(args, "-p", fmt.Sprint(pid))
-	}
 	kmsg, err := openKernelLog()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kmsg.Close()
+	// The daemon and its spawner, which forks the sandboxes' init stages.
+	const n = 3
+	total := traceWork(t, append([]int{d.cmd.Process.Pid}, childrenWith(d.cmd.Process.Pid, "__sbx_spawner")...), n, cycle)
+	logged := kernelLogSince(t, kmsg, "overlayfs:")
+	total.KernelLog = len(logged)
+	per := total.per(n)
+	if len(logged) > 0 {
+		t.Logf("kernel log during the cycles:\n%s", strings.Join(logged, "\n"))
+	}
+	t.Logf("per create+exec+delete: %+v (budget %+v)", per, budgetHere())
+	if total.GoStarts < n || per.Mounts == 0 {
+		t.Fatalf("strace saw %d sandbox starts of %d (%+v): the count is broken, not the daemon", total.GoStarts, n, total)
+	}
+	checkWork(t, per, budgetHere(), "cycle", "create")
+}
+
+// traceWork counts the work of n runs of work in pids and everything they
+// start (strace -f).
+func traceWork(t *testing.T, pids []int, n int, work func()) createWork {
+	t.Helper()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Fatalf("strace is needed (make test installs it): %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "strace")
+	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare"}
+	for _, pid := range pids {
+		args = append(args, "-p", fmt.Sprint(pid))
+	}
 	tr := exec.Command(strace, args...)
 	if err := tr.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// strace is attached once it has written the daemon's threads' first line
-	// or a moment has passed; the cycles below are what it must see.
+	// strace is attached once it has written the threads' first line or a
+	// moment has passed; the runs below are what it must see.
 	time.Sleep(500 * time.Millisecond)
-	const n = 3
 	for range n {
-		cycle()
+		work()
 	}
 	time.Sleep(200 * time.Millisecond)
 	tr.Process.Signal(syscall.SIGINT)
@@ -82,34 +100,38 @@ func TestCreateWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := countWork(string(b))
-	logged := kernelLogSince(t, kmsg, "overlayfs:")
-	total.KernelLog = len(logged)
-	per := createWork{
-		GoStarts: ceilDiv(total.GoStarts, n), Processes: ceilDiv(total.Processes, n), Execs: ceilDiv(total.Execs, n),
-		Mounts: ceilDiv(total.Mounts, n), Mkdirs: ceilDiv(total.Mkdirs, n), Unshares: ceilDiv(total.Unshares, n),
-		KernelLog: ceilDiv(total.KernelLog, n),
+	return countWork(string(b))
+}
+
+// per is w for one of n runs, rounded up.
+func (w createWork) per(n int) createWork {
+	return createWork{
+		GoStarts: ceilDiv(w.GoStarts, n), Processes: ceilDiv(w.Processes, n), Execs: ceilDiv(w.Execs, n),
+		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n),
+		KernelLog: ceilDiv(w.KernelLog, n),
 	}
-	if len(logged) > 0 {
-		t.Logf("kernel log during the cycles:\n%s", strings.Join(logged, "\n"))
-	}
-	t.Logf("per create+exec+delete: %+v (budget %+v)", per, budgetHere())
-	if total.GoStarts < n || per.Mounts == 0 {
-		t.Fatalf("strace saw %d sandbox starts of %d (%+v): the count is broken, not the daemon", total.GoStarts, n, total)
-	}
-	check := func(name string, got, limit int) {
-		if got > limit {
-			t.Errorf("%s per cycle = %d, budget %d: a change added work to the create path (or lower costs elsewhere allow raising the budget, with a measurement)", name, got, limit)
+}
+
+// checkWork fails t for each count of per (work per unit of the path named)
+// above its budget.
+func checkWork(t *testing.T, per, budget createWork, unit, path string) {
+	t.Helper()
+	for _, c := range []struct {
+		name       string
+		got, limit int
+	}{
+		{"Go runtime starts", per.GoStarts, budget.GoStarts},
+		{"processes", per.Processes, budget.Processes},
+		{"execs", per.Execs, budget.Execs},
+		{"mounts", per.Mounts, budget.Mounts},
+		{"mkdirs", per.Mkdirs, budget.Mkdirs},
+		{"unshares", per.Unshares, budget.Unshares},
+		{"overlayfs lines in the kernel log", per.KernelLog, budget.KernelLog},
+	} {
+		if c.got > c.limit {
+			t.Errorf("%s per %s = %d, budget %d: a change added work to the %s path (or lower costs elsewhere allow raising the budget, with a measurement)", c.name, unit, c.got, c.limit, path)
 		}
 	}
-	bud := budgetHere()
-	check("Go runtime starts", per.GoStarts, bud.GoStarts)
-	check("processes", per.Processes, bud.Processes)
-	check("execs", per.Execs, bud.Execs)
-	check("mounts", per.Mounts, bud.Mounts)
-	check("mkdirs", per.Mkdirs, bud.Mkdirs)
-	check("unshares", per.Unshares, bud.Unshares)
-	check("overlayfs lines in the kernel log", per.KernelLog, bud.KernelLog)
 }
 
 // openKernelLog opens /dev/kmsg positioned after its last record: reads
@@ -242,10 +264,6 @@ var execBudget = createWork{Processes: 1, Execs: 1, Mkdirs: 0, Mounts: 0}
 // TestExecWork is the regression guard of the exec path's cost inside the
 // sandbox: it counts the agent's system calls of a kind, not time.
 func TestExecWork(t *testing.T) {
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Fatalf("strace is needed (make test installs it): %v", err)
-	}
 	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
 	defer d.cleanup()
 	id := d.create(nil)
@@ -259,37 +277,16 @@ func TestExecWork(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("the sandbox's agent: host pids %v, want one", pids)
 	}
-	out := filepath.Join(t.TempDir(), "strace")
-	tr := exec.Command(strace, "-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare", "-p", pids[0])
-	if err := tr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond) // attached, as in TestCreateWork
-	const n = 10
-	for range n {
-		run()
-	}
-	time.Sleep(200 * time.Millisecond)
-	tr.Process.Signal(syscall.SIGINT)
-	tr.Wait()
-	b, err := os.ReadFile(out)
+	agent, err := strconv.Atoi(pids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := countWork(string(b))
-	per := createWork{Processes: ceilDiv(total.Processes, n), Execs: ceilDiv(total.Execs, n),
-		Mkdirs: ceilDiv(total.Mkdirs, n), Mounts: ceilDiv(total.Mounts, n)}
+	const n = 10
+	total := traceWork(t, []int{agent}, n, run)
+	per := total.per(n)
 	t.Logf("per exec of true: %+v over %d execs (budget %+v)", per, n, execBudget)
 	if total.Execs < n {
 		t.Fatalf("strace saw %d execs of %d (%+v): the count is broken, not the agent", total.Execs, n, total)
 	}
-	for _, c := range []struct {
-		name       string
-		got, limit int
-	}{{"processes", per.Processes, execBudget.Processes}, {"execs", per.Execs, execBudget.Execs},
-		{"mkdirs", per.Mkdirs, execBudget.Mkdirs}, {"mounts", per.Mounts, execBudget.Mounts}} {
-		if c.got > c.limit {
-			t.Errorf("%s per exec = %d, budget %d: a change added work to the exec path", c.name, c.got, c.limit)
-		}
-	}
+	checkWork(t, per, execBudget, "exec", "exec")
 }
