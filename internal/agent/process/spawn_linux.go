@@ -376,10 +376,9 @@ func (p *Proc) read(stream int, f *os.File) {
 			}
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if open && owed < 0 {
-				continue // the exit's wake-up, before this reader saw it: see above
-			}
-			if open {
+			// With owed < 0, the exit's wake-up before this reader saw the
+			// exit: the top of the loop sees it now.
+			if open && owed >= 0 {
 				open = false
 				f.SetReadDeadline(time.Time{})
 				p.streamDone()
