@@ -221,7 +221,7 @@ type Proc struct {
 	// readers are the ends of the process's pipes (or its terminal) that
 	// the agent reads; set before the reading starts, never changed.
 	readers []*os.File
-	gone    atomic.Bool // the exit status is in: streams end once quiet
+	gone    atomic.Bool // the exit status is in: each stream ends once it has delivered what its pipe then held (read)
 }
 
 // Done is closed once the result is set.
