@@ -236,7 +236,11 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool,
 	const op = "exec"
 	msg := &pb.ExecRequest{Argv: req.Command(), Cwd: req.Cwd, Env: req.Env, Stdin: req.Stdin,
 		KeepStdinOpen: req.KeepStdinOpen, TimeoutMs: clampMs(req.Timeout), Background: req.Background,
-		Stream: stream, StreamBounded: req.StreamBounded, OutputLimitBytes: req.OutputLimitBytes, Tag: req.Tag}
+		Stream: stream, StreamBounded: req.StreamBounded, OutputLimitBytes: req.OutputLimitBytes, Tag: req.Tag,
+		OutputLogBytes: req.OutputLogBytes}
+	if req.Pty != nil {
+		msg.Pty = &pb.PtySize{Rows: uint32(req.Pty.Rows), Cols: uint32(req.Pty.Cols)}
+	}
 	if req.Timeout > 0 && msg.TimeoutMs == 0 {
 		msg.TimeoutMs = 1
 	}

@@ -38,7 +38,16 @@ type ExecRequest struct {
 	// and reported (ExecEvent.Dropped). Without it a stream is complete: a
 	// slow reader slows the process, bounded by its timeout.
 	StreamBounded bool
+	// Pty runs the command in a pseudo-terminal of this size: stdout then
+	// carries the terminal's output, and stderr is empty.
+	Pty *PtySize
+	// OutputLogBytes keeps the last this many bytes of the process's output
+	// addressed by cursor (ReadOutput); 0 keeps none.
+	OutputLogBytes int64
 }
+
+// PtySize is a terminal's size in character cells.
+type PtySize struct{ Rows, Cols uint16 }
 
 // Command is what runs: Argv as is, or Shell run by /bin/sh -c. The one place a
 // shell command becomes an argv.

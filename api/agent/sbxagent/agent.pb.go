@@ -270,8 +270,12 @@ type ExecRequest struct {
 	// With stream: a bounded live view instead, which never slows the process.
 	// What a slow caller misses is dropped, and a Dropped event says how much.
 	StreamBounded bool `protobuf:"varint,13,opt,name=stream_bounded,json=streamBounded,proto3" json:"stream_bounded,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Keep the last output_log_bytes of the process's output (stdout and stderr
+	// in the order they came; a PTY's terminal output) addressed by cursor, for
+	// ReadOutput. 0 keeps none.
+	OutputLogBytes int64 `protobuf:"varint,14,opt,name=output_log_bytes,json=outputLogBytes,proto3" json:"output_log_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecRequest) Reset() {
@@ -386,6 +390,13 @@ func (x *ExecRequest) GetStreamBounded() bool {
 		return x.StreamBounded
 	}
 	return false
+}
+
+func (x *ExecRequest) GetOutputLogBytes() int64 {
+	if x != nil {
+		return x.OutputLogBytes
+	}
+	return 0
 }
 
 type ExecEvent struct {
@@ -1960,7 +1971,7 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\tprocesses\x18\x05 \x01(\x05R\tprocesses\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xc4\x03\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xee\x03\n" +
 	"\vExecRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x120\n" +
@@ -1977,7 +1988,8 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	" \x01(\x03R\x10outputLimitBytes\x12\x10\n" +
 	"\x03tag\x18\v \x01(\tR\x03tag\x12#\n" +
 	"\x03pty\x18\f \x01(\v2\x11.sbxagent.PtySizeR\x03pty\x12%\n" +
-	"\x0estream_bounded\x18\r \x01(\bR\rstreamBounded\x1a6\n" +
+	"\x0estream_bounded\x18\r \x01(\bR\rstreamBounded\x12(\n" +
+	"\x10output_log_bytes\x18\x0e \x01(\x03R\x0eoutputLogBytes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x02\x10\x03\"\x83\x02\n" +
