@@ -444,3 +444,20 @@ type AuditRecord struct {
 type AuditList struct {
 	Records []AuditRecord `json:"records"`
 }
+
+// ToolList is the answer of GET /v1/tools.
+type ToolList struct {
+	Tools []ToolInfo `json:"tools"`
+}
+
+// ToolInfo describes one agent tool: call it with POST
+// /v1/sandboxes/{id}/tools/{name}, its arguments as the body.
+type ToolInfo struct {
+	Name        string `json:"name"`
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description"`
+	// Capability is what an API key needs to call the tool.
+	Capability   string          `json:"capability"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	OutputSchema json.RawMessage `json:"output_schema"`
+}

@@ -206,3 +206,14 @@ func (m *Manager) callErr(op string, id sandbox.ID, err error) error {
 	}
 	return sandbox.Wrap(op, id, err)
 }
+
+// Call runs fn with the agent client of running sandbox id: the way for
+// layers above the manager (the tools) to reach agent calls the manager has
+// no method for. fn's error is reported like every call's, named op.
+func (m *Manager) Call(ctx context.Context, op string, id sandbox.ID, fn func(*agentclient.Client) error) error {
+	c, err := m.client(ctx, op, id)
+	if err != nil {
+		return err
+	}
+	return m.callErr(op, id, fn(c))
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,6 +64,16 @@ type Key struct {
 	// Admin is set for the daemon's admin key (the secret in admin.key): it
 	// reads every key's audit records. Limits apply to it as to any key.
 	Admin bool
+	// Capabilities the key holds; nil means every capability (Can).
+	Capabilities []string
+}
+
+// AllCapabilities, in a key's capabilities, grants every capability.
+const AllCapabilities = "*"
+
+// Can reports whether the key holds capability c.
+func (k Key) Can(c string) bool {
+	return k.Capabilities == nil || slices.Contains(k.Capabilities, c) || slices.Contains(k.Capabilities, AllCapabilities)
 }
 
 type keyCtx struct{}
@@ -105,7 +116,7 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("authenticating: %w", err)
 	}
-	key := Key{ID: k.ID, Name: k.Name, Admin: k.Name == store.AdminKeyName}
+	key := Key{ID: k.ID, Name: k.Name, Admin: k.Name == store.AdminKeyName, Capabilities: k.Capabilities}
 	m.keys.put(h, key, now)
 	return key, nil
 }

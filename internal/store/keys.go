@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"encoding/base32"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -31,6 +32,8 @@ type Key struct {
 	Name      string
 	CreatedAt time.Time
 	RevokedAt time.Time // zero while the key is valid
+	// Capabilities the key holds; nil means every capability.
+	Capabilities []string
 }
 
 var secretEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -44,14 +47,20 @@ func HashSecret(secret string) string {
 // CreateKey makes a key named name and returns its secret, shown this once:
 // "sbx_" and 32 random bytes in lower-case base32. Only its hash is stored.
 func (s *Store) CreateKey(ctx context.Context, name string) (string, Key, error) {
+	return s.CreateKeyWith(ctx, name, nil)
+}
+
+// CreateKeyWith is CreateKey for a key holding only caps (nil: every capability).
+func (s *Store) CreateKeyWith(ctx context.Context, name string, caps []string) (string, Key, error) {
 	var b [32]byte
 	rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	secret := KeyPrefix + secretEncoding.EncodeToString(b[:])
 	var idb [8]byte
 	rand.Read(idb[:])
-	k := Key{ID: "key_" + hex.EncodeToString(idb[:]), Name: name, CreatedAt: time.UnixMilli(time.Now().UnixMilli())}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, created_at) VALUES (?, ?, ?, ?)`,
-		k.ID, k.Name, HashSecret(secret), unixMS(k.CreatedAt))
+	k := Key{ID: "key_" + hex.EncodeToString(idb[:]), Name: name, CreatedAt: time.UnixMilli(time.Now().UnixMilli()),
+		Capabilities: caps}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, created_at, capabilities) VALUES (?, ?, ?, ?, ?)`,
+		k.ID, k.Name, HashSecret(secret), unixMS(k.CreatedAt), encodeCaps(caps))
 	if err != nil {
 		return "", Key{}, fmt.Errorf("inserting key %s: %w", name, err)
 	}
@@ -63,7 +72,7 @@ func (s *Store) CreateKey(ctx context.Context, name string) (string, Key, error)
 // constant time, so the answer's timing says nothing about near misses.
 func (s *Store) LookupKey(ctx context.Context, secret string) (Key, error) {
 	want := HashSecret(secret)
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, hash, created_at FROM api_keys WHERE revoked_at IS NULL`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, hash, created_at, capabilities FROM api_keys WHERE revoked_at IS NULL`)
 	if err != nil {
 		return Key{}, fmt.Errorf("looking up key: %w", err)
 	}
@@ -77,11 +86,15 @@ func (s *Store) LookupKey(ctx context.Context, secret string) (Key, error) {
 			k       Key
 			hash    string
 			created int64
+			caps    string
 		)
-		if err := rows.Scan(&k.ID, &k.Name, &hash, &created); err != nil {
+		if err := rows.Scan(&k.ID, &k.Name, &hash, &created, &caps); err != nil {
 			return Key{}, fmt.Errorf("looking up key: %w", err)
 		}
 		k.CreatedAt = fromMS(created)
+		if k.Capabilities, err = decodeCaps(caps); err != nil {
+			return Key{}, fmt.Errorf("looking up key: key %s: %w", k.ID, err)
+		}
 		if subtle.ConstantTimeCompare([]byte(hash), []byte(want)) == 1 {
 			found, ok = k, 1
 		}
@@ -97,7 +110,7 @@ func (s *Store) LookupKey(ctx context.Context, secret string) (Key, error) {
 
 // ListKeys returns every key, revoked ones included, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, created_at, revoked_at FROM api_keys ORDER BY created_at, rowid`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, created_at, revoked_at, capabilities FROM api_keys ORDER BY created_at, rowid`)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}
@@ -108,9 +121,13 @@ func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
 			k       Key
 			created int64
 			revoked sql.NullInt64
+			caps    string
 		)
-		if err := rows.Scan(&k.ID, &k.Name, &created, &revoked); err != nil {
+		if err := rows.Scan(&k.ID, &k.Name, &created, &revoked, &caps); err != nil {
 			return nil, fmt.Errorf("listing keys: %w", err)
+		}
+		if k.Capabilities, err = decodeCaps(caps); err != nil {
+			return nil, fmt.Errorf("listing keys: key %s: %w", k.ID, err)
 		}
 		k.CreatedAt = fromMS(created)
 		if revoked.Valid {
@@ -133,4 +150,25 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		return fmt.Errorf("key %s %w", id, sandbox.ErrNotFound)
 	}
 	return nil
+}
+
+// encodeCaps is the column form of caps: ” for nil (every capability), else
+// a JSON array.
+func encodeCaps(caps []string) string {
+	if caps == nil {
+		return ""
+	}
+	b, _ := json.Marshal(caps) // strings only: never fails
+	return string(b)
+}
+
+func decodeCaps(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	caps := []string{}
+	if err := json.Unmarshal([]byte(s), &caps); err != nil {
+		return nil, fmt.Errorf("capabilities %q: %w", s, err)
+	}
+	return caps, nil
 }

@@ -133,6 +133,9 @@ var migrations = []string{
 		PRIMARY KEY (key_id, idem_key)
 	);
 	CREATE INDEX idempotency_created ON idempotency(created_at);`,
+	// 5: what each key may call (a JSON array of capabilities); '' is every
+	// capability, as keys had before.
+	`ALTER TABLE api_keys ADD COLUMN capabilities TEXT NOT NULL DEFAULT '';`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

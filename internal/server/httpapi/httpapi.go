@@ -17,6 +17,7 @@ import (
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/sandbox"
+	"sbx/internal/tools"
 )
 
 // Options configure the API server.
@@ -31,6 +32,12 @@ type Options struct {
 	BodyGrace    time.Duration
 	BodyMinRate  int64
 	BodyMaxStall time.Duration
+	// Tools are the agent tools served at /v1/tools and
+	// /v1/sandboxes/{id}/tools/{name}; nil means the set over the manager.
+	Tools *tools.Set
+	// MCP, when set, is served at /mcp behind the same API keys as /v1: the
+	// request's context carries its key (manager.KeyFrom).
+	MCP http.Handler
 }
 
 // DefaultMaxBodyBytes is the default bound of a JSON request body.
@@ -43,6 +50,8 @@ type server struct {
 	maxBody  int64
 	bodyRate bodyRate
 	mux      *http.ServeMux
+	tools    *tools.Set
+	mcp      http.Handler
 }
 
 // New returns the /v1 handler over m.
@@ -59,6 +68,11 @@ func newServer(m *manager.Manager, opts Options) *server {
 		maxBody:  opts.MaxBodyBytes,
 		bodyRate: opts.bodyRate(),
 		mux:      http.NewServeMux(),
+		tools:    opts.Tools,
+		mcp:      opts.MCP,
+	}
+	if s.tools == nil {
+		s.tools = tools.New(m, tools.Options{})
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -83,7 +97,7 @@ type route struct {
 
 func (s *server) routes() []route {
 	const sb = "/v1/sandboxes/{id}"
-	return []route{
+	return append([]route{
 		{"GET", "/v1/health", "health", true, s.health},
 		{"GET", "/v1/openapi.json", "openapi", true, s.openAPI},
 		{"GET", "/v1/audit", "audit", false, s.audit},
@@ -115,7 +129,7 @@ func (s *server) routes() []route {
 		{"PUT", sb + "/files/upload", "upload", false, s.upload},
 		{"GET", sb + "/files/archive", "download_archive", false, s.downloadArchive},
 		{"PUT", sb + "/files/archive", "upload_archive", false, s.uploadArchive},
-	}
+	}, s.toolRoutes(sb)...)
 }
 
 // ServeHTTP sets the request id, puts the body under its minimum rate,
@@ -126,6 +140,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
 	r = s.limitBody(w, r)
+	if s.mcp != nil && r.URL.Path == mcpPath {
+		s.serveMCP(w, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r) // sets the path values
 		return

@@ -1,0 +1,7 @@
+package tools
+
+// The tool families, each defined in its own file.
+
+func shellTools() []*Tool { return nil }
+
+func fileTools() []*Tool { return nil }
