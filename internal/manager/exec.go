@@ -217,3 +217,13 @@ func (m *Manager) Call(ctx context.Context, op string, id sandbox.ID, fn func(*a
 	}
 	return m.callErr(op, id, fn(c))
 }
+
+// Policy returns the policy every sandbox and exec is admitted under.
+func (m *Manager) Policy() sandbox.Policy { return m.policy }
+
+// Record adds an audit record of action on sandbox id by ctx's key: for
+// layers above the manager whose calls the manager's own records do not name
+// (a tool call names its tool).
+func (m *Manager) Record(ctx context.Context, id sandbox.ID, action, target, detail string, err error) {
+	m.audit(ctx, id, action, target, detail, err)
+}
