@@ -461,3 +461,25 @@ type ToolInfo struct {
 	InputSchema  json.RawMessage `json:"input_schema"`
 	OutputSchema json.RawMessage `json:"output_schema"`
 }
+
+// KeyCreate is the body of POST /v1/keys.
+type KeyCreate struct {
+	Name string `json:"name"`
+	// Capabilities the key holds; omitted means every capability ("*").
+	Capabilities []string `json:"capabilities,omitempty"`
+}
+
+// KeyInfo is an API key; Secret is set only in the answer that made it.
+type KeyInfo struct {
+	ID           string   `json:"id"`
+	Name         string   `json:"name"`
+	Capabilities []string `json:"capabilities"`
+	CreatedAt    string   `json:"created_at"`
+	RevokedAt    string   `json:"revoked_at,omitempty"`
+	Secret       string   `json:"secret,omitempty"`
+}
+
+// KeyList is the answer of GET /v1/keys.
+type KeyList struct {
+	Keys []KeyInfo `json:"keys"`
+}

@@ -120,3 +120,71 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Key, error) {
 	m.keys.put(h, key, now)
 	return key, nil
 }
+
+// KeyRecord is an API key as key management shows it (never its secret).
+type KeyRecord = store.Key
+
+// CreateKey makes an API key named name holding caps (nil: every
+// capability) and returns its secret, shown this once. Only the admin key
+// manages keys.
+func (m *Manager) CreateKey(ctx context.Context, name string, caps []string) (string, KeyRecord, error) {
+	const op = "create_key"
+	if err := adminOnly(ctx, op); err != nil {
+		return "", KeyRecord{}, err
+	}
+	if name == "" || len(name) > 64 || name == store.AdminKeyName {
+		return "", KeyRecord{}, &sandbox.Error{Op: op, Err: sandbox.Invalid("name", "%q must be 1–64 characters and not %q", name, store.AdminKeyName)}
+	}
+	secret, k, err := m.store.CreateKeyWith(ctx, name, caps)
+	if err != nil {
+		return "", KeyRecord{}, &sandbox.Error{Op: op, Err: err}
+	}
+	m.audit(ctx, "", op, k.ID, "name "+clip(name, 64), nil)
+	return secret, k, nil
+}
+
+// Keys lists every API key, revoked ones included.
+func (m *Manager) Keys(ctx context.Context) ([]KeyRecord, error) {
+	const op = "list_keys"
+	if err := adminOnly(ctx, op); err != nil {
+		return nil, err
+	}
+	ks, err := m.store.ListKeys(ctx)
+	if err != nil {
+		return nil, &sandbox.Error{Op: op, Err: err}
+	}
+	return ks, nil
+}
+
+// RevokeKey revokes key id at once: the cache of checked keys is emptied, so
+// no call authenticates with it after this returns.
+func (m *Manager) RevokeKey(ctx context.Context, id string) error {
+	const op = "revoke_key"
+	if err := adminOnly(ctx, op); err != nil {
+		return err
+	}
+	if k, _ := KeyFrom(ctx); k.ID == id {
+		return &sandbox.Error{Op: op, Err: sandbox.Invalid("id", "%s is the admin key itself", id)}
+	}
+	err := m.store.RevokeKey(ctx, id)
+	m.keys.clear()
+	m.audit(ctx, "", op, id, "", err)
+	if err != nil {
+		return &sandbox.Error{Op: op, Err: err}
+	}
+	return nil
+}
+
+func (c *keyCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+}
+
+// adminOnly refuses op to every key but the admin key.
+func adminOnly(ctx context.Context, op string) error {
+	if k, ok := KeyFrom(ctx); ok && !k.Admin {
+		return &sandbox.Error{Op: op, Err: fmt.Errorf("%w: only the admin key manages API keys", sandbox.ErrDenied)}
+	}
+	return nil
+}

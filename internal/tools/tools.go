@@ -126,13 +126,22 @@ func (s *Set) Call(ctx context.Context, name string, id sandbox.ID, args json.Ra
 	}
 	c := &Call{Tool: t.Name, Sandbox: id, set: s}
 	if err := allowed(ctx, t.Capability); err != nil {
-		return nil, c.fail(err)
+		err = c.fail(err)
+		if s.m != nil {
+			s.m.Record(ctx, id, "tool", t.Name, "", err)
+		}
+		return nil, err
 	}
 	res, err := t.run(ctx, c, args)
 	if err != nil {
-		return nil, c.fail(err)
+		err = c.fail(err)
 	}
-	return res, nil
+	if s.m != nil {
+		// The tool's own calls are audited under their names; this record
+		// says which tool made them. Never the arguments: they may hold secrets.
+		s.m.Record(ctx, id, "tool", t.Name, "", err)
+	}
+	return res, err
 }
 
 func (s *Set) names() []string {

@@ -101,6 +101,9 @@ func (s *server) routes() []route {
 		{"GET", "/v1/health", "health", true, s.health},
 		{"GET", "/v1/openapi.json", "openapi", true, s.openAPI},
 		{"GET", "/v1/audit", "audit", false, s.audit},
+		{"POST", "/v1/keys", "create_key", false, s.createKey},
+		{"GET", "/v1/keys", "list_keys", false, s.listKeys},
+		{"DELETE", "/v1/keys/{kid}", "revoke_key", false, s.revokeKey},
 
 		{"POST", "/v1/sandboxes", "create", false, s.create},
 		{"GET", "/v1/sandboxes", "list", false, s.list},
