@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -93,6 +94,25 @@ type Config struct {
 	// AuditMaxRecords is how many audit records are kept at most, the newest
 	// (default 1000000; 0: no count bound). Env SBX_AUDIT_MAX_RECORDS.
 	AuditMaxRecords int `toml:"audit_max_records"`
+
+	// LLM is the model endpoint repl_execute's llm_query() reaches through
+	// the daemon, so no key ever enters a sandbox.
+	LLM LLM `toml:"llm"`
+}
+
+// LLM is an OpenAI-compatible chat completions endpoint ([llm] in the file).
+type LLM struct {
+	// URL is the API's base, e.g. https://api.openai.com/v1 (POST
+	// {url}/chat/completions); empty: llm_query says none is configured.
+	// Env SBX_LLM_URL.
+	URL string `toml:"url"`
+	// Model is the model asked. Env SBX_LLM_MODEL.
+	Model string `toml:"model"`
+	// APIKeyFile holds the bearer key (read at start; never logged). Env
+	// SBX_LLM_API_KEY_FILE; SBX_LLM_API_KEY gives the key itself.
+	APIKeyFile string `toml:"api_key_file"`
+	// APIKey is the key, from SBX_LLM_API_KEY or APIKeyFile.
+	APIKey string `toml:"-"`
 }
 
 // Default returns the strict defaults for this process's user and environment.
@@ -151,7 +171,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {
@@ -280,4 +300,27 @@ func checkLogLevel(c *Config) error {
 		return nil
 	}
 	return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+}
+
+// checkLLM checks the model endpoint and reads its key file.
+func checkLLM(c *Config) error {
+	l := &c.LLM
+	if l.URL == "" {
+		return nil
+	}
+	u, err := url.Parse(l.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("llm.url: %q is not an http(s) URL", l.URL)
+	}
+	if l.Model == "" {
+		return fmt.Errorf("llm.model: is required with llm.url (the model llm_query asks)")
+	}
+	if l.APIKey == "" && l.APIKeyFile != "" {
+		b, err := os.ReadFile(l.APIKeyFile)
+		if err != nil {
+			return fmt.Errorf("llm.api_key_file: %w", err)
+		}
+		l.APIKey = strings.TrimSpace(string(b))
+	}
+	return nil
 }

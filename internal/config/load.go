@@ -199,6 +199,10 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 	}
 	integer("SBX_MAX_SANDBOXES", "max_sandboxes", &c.MaxSandboxes)
+	str("SBX_LLM_URL", &c.LLM.URL)
+	str("SBX_LLM_MODEL", &c.LLM.Model)
+	str("SBX_LLM_API_KEY_FILE", &c.LLM.APIKeyFile)
+	str("SBX_LLM_API_KEY", &c.LLM.APIKey)
 	integer("SBX_MAX_SANDBOXES_PER_KEY", "max_sandboxes_per_key", &c.MaxSandboxesPerKey)
 	rate("SBX_CREATE_RATE_PER_KEY", "create_rate_per_key", &c.CreateRatePerKey)
 	integer("SBX_CREATE_BURST_PER_KEY", "create_burst_per_key", &c.CreateBurstPerKey)
