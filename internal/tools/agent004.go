@@ -30,6 +30,7 @@ import (
 // session engine's).
 func seed004Tools() []*Tool {
 	return slices.Concat(
+		fileTools004(),
 		[]*Tool{shellExecTool(), processListTool()},
 		[]*Tool{pythonExecTool(), pipInstallTool()},
 		envTools(),
