@@ -32,6 +32,7 @@ func seed004Tools() []*Tool {
 	return slices.Concat(
 		fileTools004(),
 		[]*Tool{shellExecTool(), processListTool()},
+		gitTools(),
 		[]*Tool{pythonExecTool(), pipInstallTool()},
 		envTools(),
 	)
