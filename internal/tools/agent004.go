@@ -34,6 +34,7 @@ func seed004Tools() []*Tool {
 		[]*Tool{shellExecTool(), processListTool()},
 		gitTools(),
 		[]*Tool{pythonExecTool(), pipInstallTool()},
+		webTools(),
 		envTools(),
 	)
 }
