@@ -15,7 +15,7 @@ import (
 // Each tool's input schema names exactly its argument struct's fields, and
 // both schemas are JSON objects a transport can serve.
 func TestSeed004Schemas(t *testing.T) {
-	for _, tool := range seed004Tools() {
+	for _, tool := range slices.Concat(seed004Tools(), bslTools()) {
 		t.Run(tool.Name, func(t *testing.T) {
 			var in struct {
 				Type                 string                     `json:"type"`
