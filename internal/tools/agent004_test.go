@@ -65,6 +65,26 @@ func TestSeed004Schemas(t *testing.T) {
 	}
 }
 
+func TestSeed004Capabilities(t *testing.T) {
+	want := map[string]string{
+		"file_read": CapFiles, "file_write": CapFiles, "file_delete": CapFiles, "file_list": CapFiles, "file_search": CapFiles,
+		"shell_exec": CapShell, "process_list": CapShell,
+		"git_clone": CapGit, "git_commit": CapGit, "git_push": CapGit, "git_status": CapGit,
+		"python_exec": CapPython, "pip_install": CapPython,
+		"http_request": CapWeb, "browser_open": CapWeb,
+		"env_get": CapEnv, "env_set": CapEnv,
+		"bsl_check": CapLint,
+	}
+	got := map[string]string{}
+	for _, tool := range slices.Concat(seed004Tools(), bslTools()) {
+		got[tool.Name] = tool.Capability
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("tools and capabilities:\n got %v\nwant %v", got, want)
+	}
+	New(nil, Options{}) // no name is taken twice (New panics)
+}
+
 func TestParsePS(t *testing.T) {
 	out := "    1     0 root                             Ss         95  4096 /sbx-agent --serve\n" +
 		"   42     1 root                             S       90061   980 sleep 300\n" +
