@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,17 +16,131 @@ import (
 // sandboxes; each effect is checked at the far end: through the files API,
 // the exec API, or git in the sandbox.
 
-// call004 calls tool name on sandbox id with args; a 200 answer is decoded
-// into out (when not nil). It returns the status and the body.
+// call004 calls tool name on sandbox id with args; a 200 answer must match
+// the tool's output schema (as GET /v1/tools gives it) and is decoded into
+// out (when not nil). It returns the status and the body.
 func call004(t *testing.T, d *daemon, id, name string, args, out any) (int, []byte) {
 	t.Helper()
 	st, b := d.api("POST", "/v1/sandboxes/"+id+"/tools/"+name, args)
-	if st == 200 && out != nil {
+	if st != 200 {
+		return st, b
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: the answer is not JSON: %s", name, b)
+	}
+	for _, p := range checkSchema004(outputSchema004(t, d, name), v, name) {
+		t.Errorf("%s: the answer does not match the output schema: %s\n%s", name, p, b)
+	}
+	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
 			t.Fatalf("%s: decoding %s: %v", name, b, err)
 		}
 	}
 	return st, b
+}
+
+// outputSchema004 returns tool name's output schema from GET /v1/tools.
+func outputSchema004(t *testing.T, d *daemon, name string) map[string]any {
+	t.Helper()
+	st, b := d.api("GET", "/v1/tools", nil)
+	var list struct {
+		Tools []struct {
+			Name         string         `json:"name"`
+			OutputSchema map[string]any `json:"output_schema"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(b, &list); st != 200 || err != nil {
+		t.Fatalf("GET /v1/tools = %d %s", st, b)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name == name {
+			if tool.OutputSchema == nil {
+				t.Fatalf("GET /v1/tools: %s has no output_schema", name)
+			}
+			return tool.OutputSchema
+		}
+	}
+	t.Fatalf("GET /v1/tools does not list %s", name)
+	return nil
+}
+
+// checkSchema004 checks v against the parts of a JSON Schema the tools'
+// output schemas use (type, properties, required, items, enum) and reports
+// each mismatch with its place; a property the schema does not declare is
+// one too.
+func checkSchema004(schema map[string]any, v any, at string) []string {
+	var out []string
+	if types := schemaTypes004(schema["type"]); len(types) > 0 {
+		kind := jsonKind004(v)
+		if !slices.Contains(types, kind) && !(kind == "integer" && slices.Contains(types, "number")) {
+			return []string{fmt.Sprintf("%s is %s, not %v", at, kind, types)}
+		}
+	}
+	if enum, ok := schema["enum"].([]any); ok && !slices.Contains(enum, v) {
+		out = append(out, fmt.Sprintf("%s is %v, not one of %v", at, v, enum))
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		props, _ := schema["properties"].(map[string]any)
+		for _, r := range schemaTypes004(schema["required"]) {
+			if _, ok := v[r]; !ok {
+				out = append(out, fmt.Sprintf("%s has no %q", at, r))
+			}
+		}
+		for k, x := range v {
+			switch sub, ok := props[k].(map[string]any); {
+			case ok:
+				out = append(out, checkSchema004(sub, x, at+"."+k)...)
+			case schema["additionalProperties"] != nil:
+				if sub, ok := schema["additionalProperties"].(map[string]any); ok {
+					out = append(out, checkSchema004(sub, x, at+"."+k)...)
+				}
+			default:
+				out = append(out, fmt.Sprintf("%s.%s is not in the schema", at, k))
+			}
+		}
+	case []any:
+		if items, ok := schema["items"].(map[string]any); ok {
+			for i, x := range v {
+				out = append(out, checkSchema004(items, x, fmt.Sprintf("%s[%d]", at, i))...)
+			}
+		}
+	}
+	return out
+}
+
+func schemaTypes004(t any) []string {
+	switch t := t.(type) {
+	case string:
+		return []string{t}
+	case []any:
+		var out []string
+		for _, x := range t {
+			out = append(out, fmt.Sprint(x))
+		}
+		return out
+	}
+	return nil
+}
+
+func jsonKind004(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case float64:
+		if v == float64(int64(v)) {
+			return "integer"
+		}
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	}
+	return "object"
 }
 
 // ok004 is call004 that must succeed.
