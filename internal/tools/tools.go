@@ -89,7 +89,7 @@ func New(m *manager.Manager, opts Options) *Set {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools()} {
+	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), seed004Tools(), bslTools()} {
 		for _, t := range group {
 			if s.named[t.Name] != nil {
 				panic("tools: two tools named " + t.Name)
