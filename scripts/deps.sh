@@ -12,6 +12,10 @@ command -v ps >/dev/null 2>&1 || need="$need procps"
 # The native backend's disk quotas (a btrfs pool per data dir).
 command -v mkfs.btrfs >/dev/null 2>&1 || need="$need btrfs-progs"
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# The agent tools' real programs inside sandboxes (which see the host's /usr):
+# headless Chromium for browser_open, matplotlib for repl_execute's figures.
+command -v chromium-headless-shell >/dev/null 2>&1 || need="$need chromium-headless-shell"
+/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need="$need python3-matplotlib"
 # The JavaScript tools of the tests (the OpenAPI linter, the MCP and E2B SDKs).
 command -v npm >/dev/null 2>&1 || need="$need npm"
 if [ -n "$need" ]; then
