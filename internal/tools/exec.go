@@ -84,10 +84,15 @@ func runExec(ctx context.Context, c *Call, in execIn) (execOut, error) {
 			return execOut{}, sandbox.Invalid("timeout_ms", "%d is below 1", ms)
 		}
 	}
-	env, err := secretEnv(in.Secrets)
+	secrets, err := secretEnv(in.Secrets)
 	if err != nil {
 		return execOut{}, err
 	}
+	env, err := c.toolEnv(ctx) // env_set's variables, under the call's secrets
+	if err != nil {
+		return execOut{}, err
+	}
+	env = merged(env, secrets)
 	res, err := c.M().Exec(ctx, c.Sandbox, sandbox.ExecRequest{Argv: argv(in.Code), Stdin: []byte(in.Stdin),
 		Env: env, Timeout: time.Duration(ms) * time.Millisecond, OutputLimitBytes: toolOutputLimit}, false, nil)
 	switch {
@@ -95,7 +100,7 @@ func runExec(ctx context.Context, c *Call, in execIn) (execOut, error) {
 		return execOut{}, err
 	case res.Reason == sandbox.ReasonTimeout:
 		return execOut{}, exact(sandbox.ErrTimeout, "timeout")
-	case res.PID == 0 && res.ExitCode == 127:
+	case notRun(res):
 		return execOut{}, exact(sandbox.ErrNotFound, "runtime not found: "+in.Runtime)
 	}
 	return execOut{Stdout: string(res.Stdout), Stderr: string(res.Stderr) + endNotice(res), ExitCode: res.ExitCode}, nil
@@ -124,4 +129,18 @@ func secretEnv(secrets map[string]string) (map[string]string, error) {
 		env[k] = v
 	}
 	return env, nil
+}
+
+// merged returns the maps' union, later ones winning; nil when all are empty.
+func merged(ms ...map[string]string) map[string]string {
+	var out map[string]string
+	for _, m := range ms {
+		for k, v := range m {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
