@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"sbx/api/openapi"
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/sandbox"
@@ -43,6 +44,7 @@ type server struct {
 	maxBody  int64
 	bodyRate bodyRate
 	mux      *http.ServeMux
+	terms    *terminals
 }
 
 // New returns the /v1 handler over m.
@@ -59,6 +61,7 @@ func newServer(m *manager.Manager, opts Options) *server {
 		maxBody:  opts.MaxBodyBytes,
 		bodyRate: opts.bodyRate(),
 		mux:      http.NewServeMux(),
+		terms:    newTerminals(),
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -101,6 +104,7 @@ func (s *server) routes() []route {
 		{"POST", sb + "/processes/{pid}/wait", "wait_process", false, s.wait},
 		{"POST", sb + "/processes/{pid}/stdin", "write_stdin", false, s.stdin},
 		{"POST", sb + "/processes/{pid}/signal", "signal", false, s.signal},
+		{"GET", sb + "/pty", ptyOp, false, s.pty},
 
 		{"GET", sb + "/files/read", "read_file", false, s.readFile},
 		{"PUT", sb + "/files/write", "write_file", false, s.writeFile},
@@ -233,11 +237,19 @@ func (s *server) handle(rt route) http.Handler {
 	})
 }
 
-// authenticate checks the request's bearer token.
+// authenticate checks the request's bearer token: the Authorization header,
+// or for the terminal route the subprotocol list (protocolBearer).
 func (s *server) authenticate(r *http.Request) (manager.Key, error) {
 	h := r.Header.Get("Authorization")
+	if h == "" && routeOf(r).op == ptyOp {
+		h = protocolBearer(r)
+	}
 	if h == "" {
-		return manager.Key{}, fmt.Errorf("%w: no API key given (Authorization: Bearer <API key>)", sandbox.ErrUnauthenticated)
+		how := "Authorization: Bearer <API key>"
+		if routeOf(r).op == ptyOp {
+			how += ", or the WebSocket subprotocol " + openapi.PtyBearerPrefix + "<API key> alongside " + openapi.PtySubprotocol
+		}
+		return manager.Key{}, fmt.Errorf("%w: no API key given (%s)", sandbox.ErrUnauthenticated, how)
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
