@@ -408,8 +408,13 @@ func (t *terminal) send(m openapi.PtyMessage) {
 	}
 }
 
-// sendError sends err as an error message, in the API's error shape.
+// sendError sends err as an error message, in the API's error shape. Once
+// the terminal is over (a call cut short by its end) there is no one to tell.
 func (t *terminal) sendError(err error) {
+	if t.isGone() || t.ctx.Err() != nil {
+		t.s.log.DebugContext(t.ctx, "pty: an error after the terminal ended", logkey.SandboxID, string(t.id), logkey.Err, err)
+		return
+	}
 	rt := routeOf(t.r)
 	c := classOf(err)
 	body := t.s.wireError(t.r, rt, c, err)
@@ -467,7 +472,7 @@ func (t *terminal) drop(done <-chan followed) {
 // kill sends SIGKILL to the terminal's process tree, even once the request's
 // own context has ended.
 func (t *terminal) kill() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), ptyKillGrace)
+	ctx, cancel := t.callCtx()
 	defer cancel()
 	if _, err := t.s.m.Signal(ctx, t.id, t.pid, 9); err != nil {
 		t.s.log.WarnContext(ctx, "pty: killing the terminal of a closed socket", logkey.SandboxID, string(t.id),
@@ -564,6 +569,12 @@ func (t *terminal) control(rd io.Reader) error {
 	return nil
 }
 
+// callCtx bounds one control call. It outlives the request: a signal sent
+// just before the socket closed is still delivered, and recorded as such.
+func (t *terminal) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(t.ctx), ptyKillGrace)
+}
+
 // resize applies a size in the order of the input around it (a program run
 // after a resize sees the new size), skipping one the terminal already has.
 // A process that exited meanwhile is not an error: its exit message follows.
@@ -571,7 +582,9 @@ func (t *terminal) resize(sz sandbox.PtySize) {
 	if sz == t.lastSize {
 		return
 	}
-	err := t.s.m.Resize(t.ctx, t.id, t.pid, sz.Rows, sz.Cols)
+	ctx, cancel := t.callCtx()
+	defer cancel()
+	err := t.s.m.Resize(ctx, t.id, t.pid, sz.Rows, sz.Cols)
 	switch {
 	case err == nil:
 		t.lastSize = sz
@@ -588,7 +601,9 @@ func (t *terminal) signal(raw json.RawMessage) {
 	}
 	sig, err := parseSignal(raw)
 	if err == nil {
-		_, err = t.s.m.Signal(t.ctx, t.id, t.pid, sig)
+		ctx, cancel := t.callCtx()
+		_, err = t.s.m.Signal(ctx, t.id, t.pid, sig)
+		cancel()
 	}
 	if err != nil {
 		t.sendError(err)
