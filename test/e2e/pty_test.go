@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -214,6 +215,28 @@ func processRunning(t *testing.T, d *daemon, id, pid string) bool {
 	return p.State == "running"
 }
 
+// auditOf counts the audit records of sandbox id about process pid, by action.
+func auditOf(t *testing.T, d *daemon, id, pid string) map[string]int {
+	t.Helper()
+	st, b := d.api("GET", "/v1/audit?sandbox_id="+id+"&limit=1000", nil)
+	var audit struct {
+		Records []struct {
+			Action string `json:"action"`
+			Target string `json:"target"`
+		} `json:"records"`
+	}
+	if st != 200 || json.Unmarshal(b, &audit) != nil {
+		t.Fatalf("GET /v1/audit = %d %s", st, b)
+	}
+	seen := map[string]int{}
+	for _, r := range audit.Records {
+		if r.Target == pid {
+			seen[r.Action]++
+		}
+	}
+	return seen
+}
+
 func TestPtyPrograms(t *testing.T) {
 	d := sharedDaemon(t)
 	id := d.create(map[string]any{"timeout": 600})
@@ -270,6 +293,16 @@ func TestPtyPrograms(t *testing.T) {
 		}
 	})
 
+	t.Run("bulk output", func(t *testing.T) {
+		// Every byte arrives, at the socket's pace: the agent's follower is complete.
+		const n = 4 << 20
+		p := dialPty(t, d, id, argvQuery("sh", "-c", fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a; echo; echo END`, n)))
+		p.wantExit(0)
+		if got := strings.Count(p.output(), "a"); got != n || !strings.Contains(p.output(), "END") {
+			t.Errorf("%d of %d bytes arrived (END seen: %t)", got, n, strings.Contains(p.output(), "END"))
+		}
+	})
+
 	t.Run("default shell", func(t *testing.T) {
 		p := dialPty(t, d, id, nil)
 		p.send("echo shell=$0\n")
@@ -317,6 +350,21 @@ func TestPtyLifetime(t *testing.T) {
 		}
 		if m := p2.waitExit(); *m.ExitCode != 137 {
 			t.Errorf("exit after SIGKILL = %d %s, want 137", *m.ExitCode, m.Reason)
+		}
+		// Attaching, leaving and resizing are audited; keystrokes are not. The
+		// first socket's end is recorded when the daemon has let it go: waited for.
+		want := map[string]int{"pty_attach": 2, "pty_detach": 2, "resize": 1}
+		for deadline := time.Now().Add(ptyWait); ; time.Sleep(50 * time.Millisecond) {
+			seen := auditOf(t, d, id, started.ProcessID)
+			if seen["write_stdin"] != 0 {
+				t.Fatalf("keystrokes were audited: %v", seen)
+			}
+			if seen["pty_attach"] == want["pty_attach"] && seen["pty_detach"] == want["pty_detach"] && seen["resize"] == want["resize"] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("audit records of the attached terminal: %v, want %v", seen, want)
+			}
 		}
 	})
 
