@@ -251,6 +251,19 @@ func TestPtyPrograms(t *testing.T) {
 		p.wantExit(0)
 	})
 
+	t.Run("cmd and ^C", func(t *testing.T) {
+		// A shell command; ^C is a byte to the terminal, whose line
+		// discipline interrupts the foreground program, not the session.
+		p := dialPty(t, d, id, url.Values{"cmd": {"python3"}})
+		at := p.waitFor(0, `>>> $`)
+		p.send("\x03")
+		at = p.waitFor(at, `KeyboardInterrupt`)
+		p.send("print(6*7)\n")
+		p.waitFor(at, `\n42\r?\n`)
+		p.send("exit()\n")
+		p.wantExit(0)
+	})
+
 	t.Run("bash", func(t *testing.T) {
 		p := dialPty(t, d, id, url.Values{"cmd": {"bash -i"}, "rows": {"24"}, "cols": {"80"}})
 		p.send("echo $((2+3))\n")

@@ -65,6 +65,12 @@ const (
 // exec, so the choice costs no round trip.
 const ptyLoginShell = `if [ -x /bin/bash ]; then exec /bin/bash -l; fi; exec /bin/sh`
 
+// ptyShell runs the command given as its $0 with bash -c when the sandbox has
+// bash, else sh -c. bash runs a lone program in its own place, so ^C (SIGINT
+// to the terminal's foreground group) reaches that program only; dash stays
+// as its parent and dies of the ^C a REPL catches.
+const ptyShell = `if [ -x /bin/bash ]; then exec /bin/bash -c "$0"; fi; exec /bin/sh -c "$0"`
+
 // ptyParams is what the query asks for: a terminal to start (exec) or one to
 // attach to (process), and its size.
 type ptyParams struct {
@@ -107,14 +113,16 @@ func ptyParamsOf(r *http.Request) (ptyParams, error) {
 		return p, nil
 	}
 	if cmd != "" && len(argv) > 0 {
-		return p, sandbox.Invalid("cmd", "give cmd (run by /bin/sh -c) or argv (run as is), not both")
+		return p, sandbox.Invalid("cmd", "give cmd (run by a shell) or argv (run as is), not both")
 	}
-	if cmd == "" && len(argv) == 0 {
-		cmd = ptyLoginShell
+	switch {
+	case cmd != "":
+		argv = []string{"/bin/sh", "-c", ptyShell, cmd}
+	case len(argv) == 0:
+		argv = []string{"/bin/sh", "-c", ptyLoginShell}
 	}
 	size := p.size
-	p.exec = sandbox.ExecRequest{Shell: cmd, Argv: argv, Cwd: cwd, Env: env, Pty: &size,
-		Timeout: time.Duration(timeout) * time.Second}
+	p.exec = sandbox.ExecRequest{Argv: argv, Cwd: cwd, Env: env, Pty: &size, Timeout: time.Duration(timeout) * time.Second}
 	return p, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestPtyParams(t *testing.T) {
 		{"cols=1001", "cols: 1001 is outside [1, 1000]"},
 		{"rows=x", `rows: "x" is not an integer`},
 		{"rows=1&rows=2", "rows: given 2 times"},
-		{"cmd=a&argv=b", "give cmd (run by /bin/sh -c) or argv (run as is), not both"},
+		{"cmd=a&argv=b", "give cmd (run by a shell) or argv (run as is), not both"},
 		{"process=p1&cmd=top", "process: attaches to a running terminal"},
 		{"env=NOEQUALS", `env: "NOEQUALS" is not K=V`},
 		{"timeout=0", "timeout: 0 is outside"},
@@ -44,7 +45,7 @@ func TestPtyParams(t *testing.T) {
 	}
 	r := httptest.NewRequest("GET", "/v1/sandboxes/x/pty", nil)
 	p, _ := ptyParamsOf(r)
-	if p.exec.Shell != ptyLoginShell || p.exec.Pty == nil || *p.exec.Pty != p.size || p.size.Rows != 24 || p.size.Cols != 80 {
+	if !slices.Equal(p.exec.Argv, []string{"/bin/sh", "-c", ptyLoginShell}) || p.exec.Pty == nil || *p.exec.Pty != p.size || p.size.Rows != 24 || p.size.Cols != 80 {
 		t.Errorf("defaults = %+v, want the login shell at 24×80", p)
 	}
 }
