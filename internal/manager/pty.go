@@ -7,6 +7,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,17 +31,26 @@ func (m *Manager) Terminal(ctx context.Context, id sandbox.ID, pid string) (sand
 	return p, m.callErr(op, id, err)
 }
 
+// ErrDetached is what a terminal's onEvent returns to stop following it
+// while its process goes on (its viewer went away): AttachTerminal records
+// that as a detach, not a failure.
+var ErrDetached = errors.New("detached from the terminal; its process goes on")
+
 // AttachTerminal follows terminal process pid of sandbox id, replaying what
 // the agent still buffers, as Attach does. Unlike following output, a
-// terminal takes input, so who attached and when it ended are audited.
+// terminal takes input, so who attached and when it ended are audited: a
+// detach (ErrDetached, or ctx ending) as such, with outcome ok.
 func (m *Manager) AttachTerminal(ctx context.Context, id sandbox.ID, pid string, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
 	m.audit(ctx, id, "pty_attach", pid, "", nil)
 	res, err := m.Attach(ctx, id, pid, true, onEvent)
-	detail := "detached; the process goes on"
-	if res != nil {
+	detail, auditErr := "detached; the process goes on", err
+	switch {
+	case res != nil:
 		detail = fmt.Sprintf("exit_code=%d reason=%s signal=%d", res.ExitCode, res.Reason, res.Signal)
+	case errors.Is(err, ErrDetached), ctx.Err() != nil:
+		auditErr = nil
 	}
-	m.audit(ctx, id, "pty_detach", pid, detail, err)
+	m.audit(ctx, id, "pty_detach", pid, detail, auditErr)
 	return res, err
 }
 

@@ -215,14 +215,16 @@ func processRunning(t *testing.T, d *daemon, id, pid string) bool {
 	return p.State == "running"
 }
 
-// auditOf counts the audit records of sandbox id about process pid, by action.
+// auditOf counts the audit records of sandbox id about process pid, by
+// action and by action/outcome.
 func auditOf(t *testing.T, d *daemon, id, pid string) map[string]int {
 	t.Helper()
 	st, b := d.api("GET", "/v1/audit?sandbox_id="+id+"&limit=1000", nil)
 	var audit struct {
 		Records []struct {
-			Action string `json:"action"`
-			Target string `json:"target"`
+			Action  string `json:"action"`
+			Target  string `json:"target"`
+			Outcome string `json:"outcome"`
 		} `json:"records"`
 	}
 	if st != 200 || json.Unmarshal(b, &audit) != nil {
@@ -232,6 +234,7 @@ func auditOf(t *testing.T, d *daemon, id, pid string) map[string]int {
 	for _, r := range audit.Records {
 		if r.Target == pid {
 			seen[r.Action]++
+			seen[r.Action+"/"+r.Outcome]++
 		}
 	}
 	return seen
@@ -366,13 +369,13 @@ func TestPtyLifetime(t *testing.T) {
 		}
 		// Attaching, leaving and resizing are audited; keystrokes are not. The
 		// first socket's end is recorded when the daemon has let it go: waited for.
-		want := map[string]int{"pty_attach": 2, "pty_detach": 2, "resize": 1}
+		want := map[string]int{"pty_attach": 2, "pty_detach/ok": 2, "resize/ok": 1}
 		for deadline := time.Now().Add(ptyWait); ; time.Sleep(50 * time.Millisecond) {
 			seen := auditOf(t, d, id, started.ProcessID)
 			if seen["write_stdin"] != 0 {
 				t.Fatalf("keystrokes were audited: %v", seen)
 			}
-			if seen["pty_attach"] == want["pty_attach"] && seen["pty_detach"] == want["pty_detach"] && seen["resize"] == want["resize"] {
+			if seen["pty_attach"] == want["pty_attach"] && seen["pty_detach/ok"] == want["pty_detach/ok"] && seen["resize/ok"] == want["resize/ok"] {
 				break
 			}
 			if time.Now().After(deadline) {

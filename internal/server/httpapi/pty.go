@@ -33,6 +33,7 @@ import (
 
 	"sbx/api/openapi"
 	"sbx/internal/logkey"
+	"sbx/internal/manager"
 	"sbx/internal/sandbox"
 )
 
@@ -206,7 +207,7 @@ func checkUpgrade(r *http.Request) error {
 }
 
 // errSocketGone stops following an attached terminal whose socket is gone.
-var errSocketGone = errors.New("the terminal's WebSocket closed")
+var errSocketGone = fmt.Errorf("the terminal's WebSocket closed: %w", manager.ErrDetached)
 
 // followed is how following a terminal ended.
 type followed struct {
@@ -279,10 +280,11 @@ func (s *server) pty(w http.ResponseWriter, r *http.Request) error {
 		t.drop(done)
 		return nil // Accept answered the request
 	}
-	if !t.owned && p.sized {
+	switch {
+	case t.owned:
+		t.lastSize = p.size // started at it
+	case p.sized:
 		t.resize(p.size)
-	} else {
-		t.lastSize = p.size
 	}
 	t.wg.Go(t.readInput)
 	t.wg.Go(t.keepalive)
@@ -325,6 +327,7 @@ func (t *terminal) waitStart(done <-chan followed) (sandbox.ProcessInfo, error) 
 // event, so started is the first message and nothing is lost before it.
 func (t *terminal) upgrade(w http.ResponseWriter, info sandbox.ProcessInfo) bool {
 	defer t.readyOnce.Do(func() { close(t.ready) })
+	t.pid = info.ID // set first: a failed upgrade kills the process by it
 	conn, err := websocket.Accept(w, t.r, &websocket.AcceptOptions{
 		Subprotocols: []string{openapi.PtySubprotocol},
 		// No ambient credential (a cookie) authenticates this route: the key
@@ -340,7 +343,7 @@ func (t *terminal) upgrade(w http.ResponseWriter, info sandbox.ProcessInfo) bool
 	// Binary frames stream through in chunks, whatever their size; text
 	// frames are bounded by control.
 	conn.SetReadLimit(-1)
-	t.conn, t.pid = conn, info.ID
+	t.conn = conn
 	t.send(openapi.PtyMessage{Type: openapi.PtyStarted, Process: info.ID, PID: info.PID})
 	return true
 }
