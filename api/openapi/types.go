@@ -147,6 +147,10 @@ type ExecRequest struct {
 	// dropped and reported by dropped events. A stream is otherwise complete:
 	// a slow reader slows the process, bounded by its timeout.
 	StreamBounded bool `json:"stream_bounded,omitempty"`
+	// Pty runs the command in a terminal of this size: its stdout carries
+	// the terminal's output, stderr stays empty, and GET …/pty?process=
+	// attaches to it.
+	Pty *PtySize `json:"pty,omitempty"`
 }
 
 // ExecResult is how a process ended and what it printed.
@@ -430,8 +434,9 @@ type AuditRecord struct {
 	KeyID     string    `json:"key_id"`
 	SandboxID string    `json:"sandbox_id"`
 	// Action is create, delete, expire, update, exec_start, exec_end,
-	// write_stdin, signal, read_file, write_file, stat, list_dir, make_dir,
-	// move, remove, glob, grep, download, upload or recover_destroy.
+	// write_stdin, signal, resize, pty_attach, pty_detach, read_file,
+	// write_file, stat, list_dir, make_dir, move, remove, glob, grep,
+	// download, upload or recover_destroy.
 	Action string `json:"action"`
 	// Target is the path, argv[0] or process id acted on.
 	Target string `json:"target"`

@@ -37,13 +37,19 @@ func (x *execFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.BoolVar(&x.stdin, "i", false, "send stdin to the command")
 }
 
-const execSynopsis = "[--timeout S] [--cwd D] [--env K=V]… [-i] [--json] ID -- CMD [ARGS…]"
+const execSynopsis = "[--timeout S] [--cwd D] [--env K=V]… [-i] [-t] [--json] ID -- CMD [ARGS…]\n\n" +
+	"-t (--tty) runs CMD in a terminal in the sandbox, driven from this one: keys (^C included) go\n" +
+	"to CMD, the window's size follows. Its timeout defaults to the daemon's longest. With stdin not\n" +
+	"a terminal (a pipe), stdin is sent as typed and its end as ^D."
 
 func runExec(ctx context.Context, e *env, args []string) int {
 	fs := e.flagSet("exec", execSynopsis)
 	var xf execFlags
 	xf.register(fs, true)
 	jsonOut := fs.Bool("json", false, "print the stream's events as JSON lines")
+	var tty bool
+	fs.BoolVar(&tty, "t", false, "run the command in a terminal (interactive: a shell, an editor, a REPL)")
+	fs.BoolVar(&tty, "tty", false, "the same as -t")
 	if err := fs.Parse(args); err != nil {
 		return e.parseErr(fs, err, exitSbx)
 	}
@@ -65,6 +71,12 @@ func runExec(ctx context.Context, e *env, args []string) int {
 	if len(rest) == 0 {
 		return e.misuse(fs, exitSbx, "missing command after --")
 	}
+	if tty && *jsonOut {
+		return e.misuse(fs, exitSbx, "-t and --json do not go together: a terminal's output is its raw bytes")
+	}
+	if tty {
+		xf.stdin = false // a terminal streams stdin as it comes, never reads it ahead
+	}
 	req, err := xf.request(fs, rest, e.stdin)
 	if err != nil {
 		return e.misuse(fs, exitSbx, "%v", err)
@@ -74,6 +86,9 @@ func runExec(ctx context.Context, e *env, args []string) int {
 		return e.fail("exec", *jsonOut, exitSbx, err)
 	}
 	defer c.Close()
+	if tty {
+		return execTTY(ctx, e, c, id, ptyRequest(req))
+	}
 	return execStream(ctx, e, c, "exec", id, req, *jsonOut)
 }
 

@@ -164,8 +164,9 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// the API itself (httpapi's bodyrate.go); there is no ReadTimeout or
 	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
 	// output that streams for as long as the command runs.
+	api := httpapi.New(m, httpapi.Options{Log: base})
 	srv := &http.Server{
-		Handler:           httpapi.New(m, httpapi.Options{Log: base}),
+		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -191,6 +192,9 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("in-flight requests did not finish in time", logkey.Err, err)
 		srv.Close()
+	}
+	if err := httpapi.CloseTerminals(sctx, api); err != nil {
+		log.Warn("terminals did not end in time", logkey.Err, err)
 	}
 	if err := m.Close(sctx); err != nil {
 		log.Warn("closing the manager", logkey.Err, err)

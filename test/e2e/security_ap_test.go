@@ -160,8 +160,9 @@ func ap01Attack(r *run) error {
 	// Routes that do not exist answer 401 too: no map of the router for
 	// callers without a key.
 	absent := []apiRoute{{method: "GET", path: "/metrics"}, {method: "GET", path: "/debug/pprof/"},
-		{method: "GET", path: "/v1/sandboxes/{id}/pty"}, {method: "GET", path: "/mcp"}, {method: "POST", path: "/sandboxes"}}
+		{method: "GET", path: "/mcp"}, {method: "POST", path: "/sandboxes"}}
 	n += r.walkUnauthorized(r.d, absent, map[string]string{"no header": ""})
+	n += r.walkTerminalKeys(key)
 	// A revoked key: a second daemon whose admin key was lost and replaced.
 	dir, err := os.MkdirTemp("", "sbx-security-revoke-")
 	if err != nil {
@@ -180,9 +181,46 @@ func ap01Attack(r *run) error {
 	n += r.walkUnauthorized(fresh, routes, map[string]string{"revoked key": "Bearer " + oldKey})
 	fresh.t = r.t
 	fresh.cleanup()
-	r.note("%d unauthorised requests over %s documented routes and 5 absent ones (/metrics, /debug/pprof, pty, /mcp, E2B /sandboxes)", n, r.get("routes"))
-	r.note("gap: no WebSocket/PTY, MCP or E2B routes and no key expiry exist yet; constant-time comparison is by code (store.LookupKey), not measured")
+	r.note("%d unauthorised requests over %s documented routes, 4 absent ones (/metrics, /debug/pprof, /mcp, E2B /sandboxes) and the terminal's WebSocket keys", n, r.get("routes"))
+	r.note("gap: no MCP or E2B routes and no key expiry exist yet; constant-time comparison is by code (store.LookupKey), not measured")
 	return nil
+}
+
+// walkTerminalKeys tries the terminal route's own ways of carrying a key, as
+// WebSocket handshakes: a wrong or revoked-looking key offered as the
+// bearer.<key> subprotocol, and the right key in the URL, which is never
+// read. Each must be 401, with nothing started.
+func (r *run) walkTerminalKeys(key string) int {
+	path := r.d.url + fill("/v1/sandboxes/{id}/pty", unknownID, "p1")
+	tries := []struct {
+		name, query, protocols string
+	}{
+		{"wrong subprotocol key", "", "sbx.pty.v1, bearer.sbx_wrong"},
+		{"key plus a byte as subprotocol", "", "sbx.pty.v1, bearer." + key + "x"},
+		{"empty subprotocol key", "", "sbx.pty.v1, bearer."},
+		{"key in the URL", "?access_token=" + key + "&key=" + key + "&token=" + key, "sbx.pty.v1"},
+		{"key as a subprotocol not prefixed", "", "sbx.pty.v1, " + key},
+	}
+	for _, tr := range tries {
+		req, _ := http.NewRequest("GET", path+tr.query, nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		req.Header.Set("Sec-WebSocket-Protocol", tr.protocols)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			r.breach("AP-01: pty (%s): %v", tr.name, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r.record(b)
+		if resp.StatusCode != 401 {
+			r.breach("AP-01: pty with %s = %d %.150s, want 401", tr.name, resp.StatusCode, b)
+		}
+	}
+	return len(tries)
 }
 
 // --- AP-03: id guessing -----------------------------------------------------------

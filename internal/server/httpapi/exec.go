@@ -39,6 +39,11 @@ func execRequest(in openapi.ExecRequest) (sandbox.ExecRequest, error) {
 	if req.Timeout, err = seconds("timeout", in.Timeout); err != nil {
 		errs = append(errs, err)
 	}
+	if in.Pty != nil {
+		if req.Pty, err = ptySize("pty", int64(in.Pty.Rows), int64(in.Pty.Cols)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if in.OutputLimitBytes != nil {
 		if *in.OutputLimitBytes < 1 {
 			errs = append(errs, sandbox.Invalid("output_limit_bytes", "%d is below 1 (omit it for the default)", *in.OutputLimitBytes))

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"sbx/api/openapi"
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/sandbox"
@@ -52,6 +53,7 @@ type server struct {
 	mux      *http.ServeMux
 	tools    *tools.Set
 	mcp      http.Handler
+	terms    *terminals
 }
 
 // New returns the /v1 handler over m.
@@ -70,6 +72,7 @@ func newServer(m *manager.Manager, opts Options) *server {
 		mux:      http.NewServeMux(),
 		tools:    opts.Tools,
 		mcp:      opts.MCP,
+		terms:    newTerminals(),
 	}
 	if s.tools == nil {
 		s.tools = tools.New(m, tools.Options{})
@@ -118,6 +121,7 @@ func (s *server) routes() []route {
 		{"POST", sb + "/processes/{pid}/wait", "wait_process", false, s.wait},
 		{"POST", sb + "/processes/{pid}/stdin", "write_stdin", false, s.stdin},
 		{"POST", sb + "/processes/{pid}/signal", "signal", false, s.signal},
+		{"GET", sb + "/pty", ptyOp, false, s.pty},
 
 		{"GET", sb + "/files/read", "read_file", false, s.readFile},
 		{"PUT", sb + "/files/write", "write_file", false, s.writeFile},
@@ -254,11 +258,19 @@ func (s *server) handle(rt route) http.Handler {
 	})
 }
 
-// authenticate checks the request's bearer token.
+// authenticate checks the request's bearer token: the Authorization header,
+// or for the terminal route the subprotocol list (protocolBearer).
 func (s *server) authenticate(r *http.Request) (manager.Key, error) {
 	h := r.Header.Get("Authorization")
+	if h == "" && routeOf(r).op == ptyOp {
+		h = protocolBearer(r)
+	}
 	if h == "" {
-		return manager.Key{}, fmt.Errorf("%w: no API key given (Authorization: Bearer <API key>)", sandbox.ErrUnauthenticated)
+		how := "Authorization: Bearer <API key>"
+		if routeOf(r).op == ptyOp {
+			how += ", or the WebSocket subprotocol " + openapi.PtyBearerPrefix + "<API key> alongside " + openapi.PtySubprotocol
+		}
+		return manager.Key{}, fmt.Errorf("%w: no API key given (%s)", sandbox.ErrUnauthenticated, how)
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
