@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
+	"strings"
 	"time"
 )
 
@@ -93,6 +94,11 @@ type Report struct {
 	ColdStartNoPool *Summary `json:"cold_start_no_pool,omitempty"`
 	// Exec is one exec of `true` in a live sandbox.
 	Exec Summary `json:"exec"`
+	// Echo is one write_stdin to a terminal session running cat, answered
+	// with the terminal's echo of it: an agent driving an interactive
+	// program. Its peer is Exec, from the same run.
+	Echo            *Summary `json:"terminal_echo,omitempty"`
+	EchoUnavailable string   `json:"terminal_echo_unavailable,omitempty"`
 	// StreamMBps is StreamMB MiB of random bytes cat'ed through `sbx exec`
 	// into a pipe, in MB/s; CopyMBps, the same file through `sbx cp ID:file
 	// -`, its peer. Absent when skipped or the API cannot run the CLI.
@@ -160,6 +166,12 @@ type BurstResult struct {
 	FirstErr string  `json:"first_other_error,omitempty"`
 }
 
+// Tooler is an API that calls the agent tools.
+type Tooler interface {
+	// Tool calls tool name on sandbox id and decodes its result into out.
+	Tool(ctx context.Context, id, name string, args, out any) error
+}
+
 // Refuser is an API that tells a typed refusal from another error.
 type Refuser interface {
 	// Refusal returns the HTTP status of err (0 if none) and whether it
@@ -222,6 +234,17 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	if err != nil {
 		api.Delete(context.WithoutCancel(ctx), id)
 		return rep, err
+	}
+	if t, ok := api.(Tooler); ok {
+		opts.progress("terminal echo: %d warm-up + %d write_stdin calls to a cat session", opts.Warmup, opts.Runs)
+		echo, err := terminalEcho(ctx, t, id, opts)
+		if err != nil {
+			api.Delete(context.WithoutCancel(ctx), id)
+			return rep, err
+		}
+		rep.Echo = &echo
+	} else {
+		rep.EchoUnavailable = "this API has no tool calls"
 	}
 	api.Delete(ctx, id)
 
@@ -666,6 +689,9 @@ func (r Report) WriteTable(w io.Writer) {
 		row("create → first exec, pool off, p50", *c, bname, bms, "")
 	}
 	row("exec in live sandbox, p50", r.Exec, "host spawn of true", r.HostSpawn.P50MS, "")
+	if r.Echo != nil {
+		row("terminal echo (write_stdin), p50", *r.Echo, "exec in live sandbox", r.Exec.P50MS, "≤ 2x")
+	}
 	tratio, bt := "n/a", "n/a"
 	if r.BwrapThroughput > 0 {
 		bt = fmt.Sprintf("%.1f /s", r.BwrapThroughput)
@@ -805,4 +831,43 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return quantile(s, 0.5)
+}
+
+// terminalEcho starts cat in a terminal session (exec_command) and times
+// write_stdin calls, each until its answer carries the terminal's echo.
+func terminalEcho(ctx context.Context, t Tooler, id string, opts Options) (Summary, error) {
+	var started struct {
+		SessionID string `json:"session_id"`
+		Alive     bool   `json:"alive"`
+	}
+	if err := t.Tool(ctx, id, "exec_command", map[string]any{"command": "cat", "grace_seconds": 0}, &started); err != nil {
+		return Summary{}, fmt.Errorf("terminal echo: exec_command: %w", err)
+	}
+	if !started.Alive {
+		return Summary{}, fmt.Errorf("terminal echo: cat exited at once")
+	}
+	defer t.Tool(context.WithoutCancel(ctx), id, "close_session", map[string]any{"session_id": started.SessionID}, nil)
+	n := 0
+	return sample(opts, timed(func() error {
+		n++
+		line := fmt.Sprintf("e%d", n)
+		var out struct {
+			Stdout string `json:"stdout"`
+		}
+		got := ""
+		for !strings.Contains(got, line) {
+			input := ""
+			if got == "" {
+				input = line + "\n"
+			}
+			if err := t.Tool(ctx, id, "write_stdin", map[string]any{"session_id": started.SessionID, "input": input, "wait_seconds": 5}, &out); err != nil {
+				return fmt.Errorf("terminal echo: write_stdin: %w", err)
+			}
+			if out.Stdout == "" && input == "" {
+				return fmt.Errorf("terminal echo: no echo of %q within 5 s", line)
+			}
+			got += out.Stdout
+		}
+		return nil
+	}))
 }

@@ -321,3 +321,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	l.w.Write(q)
 	return len(p), nil
 }
+
+func (a *benchAPI) Tool(ctx context.Context, id, name string, args, out any) error {
+	return a.c.CallTool(ctx, id, name, args, out)
+}
