@@ -70,6 +70,8 @@ func commands() []command {
 		{"ls", "list sandboxes", runLs},
 		{"get", "show a sandbox", runGet},
 		{"rm", "delete sandboxes", runRm},
+		{"tools", "list the agent tools", runTools},
+		{"tool", "call an agent tool in a sandbox", runTool},
 		{"health", "show the daemon's backends", runHealth},
 		{"bench", "run the benchmark", runBench},
 		{"gc", "remove sandboxes whose daemon and data dir are gone", runGC},

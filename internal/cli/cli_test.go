@@ -439,3 +439,20 @@ func TestUnreachableDaemon(t *testing.T) {
 		t.Errorf("exec without a daemon = %d, want 125", code)
 	}
 }
+
+func TestToolArguments(t *testing.T) {
+	strs := map[string]bool{"command": true}
+	got, err := toolArguments([]string{"command=true", "timeout_seconds=5", "cwd=/tmp", "flags=[1,2]"}, strs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["command"] != "true" || got["timeout_seconds"] != 5.0 || got["cwd"] != "/tmp" || fmt.Sprint(got["flags"]) != "[1 2]" {
+		t.Errorf("got %#v", got)
+	}
+	if got, err := toolArguments([]string{`{"a":1}`}, nil); err != nil || got["a"] != 1.0 {
+		t.Errorf("JSON object: %v %v", got, err)
+	}
+	if _, err := toolArguments([]string{"novalue"}, nil); err == nil || !strings.Contains(err.Error(), "KEY=VALUE") {
+		t.Errorf("bad pair: %v", err)
+	}
+}
