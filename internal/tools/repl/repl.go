@@ -31,10 +31,12 @@ const (
 	// daemon restart.
 	Tag = "sbx-repl"
 	// LogBytes is the size of the driver's output log in the agent. Only
-	// responses reach it (a cell's own output is captured by the driver), and
-	// one result is at most about 7 MiB (1 MiB each of stdout and stderr, 4
-	// MiB of images, the value and the traceback), so a result is never
-	// pushed out before it is read.
+	// responses reach it (a cell's own output is captured by the driver),
+	// one at a time, and the daemon reads the log while a result is being
+	// written. A result holds at most about 7 MiB of text (1 MiB each of
+	// stdout and stderr, 4 MiB of images, the value and the traceback; JSON
+	// escapes of control characters can make it longer), so the log's window
+	// is ample.
 	LogBytes int64 = 16 << 20
 	// DefaultTimeout bounds a cell when Options.Timeout is 0.
 	DefaultTimeout = 60 * time.Second

@@ -500,6 +500,27 @@ func TestNoPython(t *testing.T) {
 	}
 }
 
+func TestDriverThatCannotStart(t *testing.T) {
+	for _, c := range []struct{ name, script, want string }{
+		{"old-python", `printf '\036sbx-repl {"type":"fatal","message":"the REPL needs Python 3.9 or newer; python3 in this sandbox is 3.8.10"}\n'`,
+			"repl_execute: the REPL needs Python 3.9 or newer; python3 in this sandbox is 3.8.10"},
+		{"crash", `echo "boom: no such module" >&2; exit 1`,
+			"repl_execute: python3 exited before the REPL driver was ready; its last output: boom: no such module"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, LLM{})
+			f.a.python = filepath.Join(t.TempDir(), "python3")
+			if err := os.WriteFile(f.a.python, []byte("#!/bin/sh\n"+c.script+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.s.Execute(context.Background(), f.id, f.a, "1", Options{})
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
 func TestResyncAfterDaemonRestart(t *testing.T) {
 	f := newFixture(t, LLM{})
 	f.ok("x = 5")

@@ -119,7 +119,7 @@ func (c *call) attach(ctx context.Context) (lost string, err error) {
 			return "", nil
 		}
 		if err == nil {
-			lost = "the Python session had exited since the previous call (its last output: " + c.sess.out.strayTail() +
+			lost = "the Python session had exited since the previous call (" + c.sess.out.said() +
 				"), so a fresh one was started: all state (variables, imports) was lost"
 			return lost, c.start(ctx)
 		}
@@ -225,13 +225,13 @@ func (c *call) start(ctx context.Context) error {
 	switch {
 	case errors.Is(err, errExited):
 		c.sess.proc = ""
-		if notFound(c.sess.out.strayTail()) {
+		if notFound(c.sess.out.said()) {
 			return ErrNoPython
 		}
-		return fmt.Errorf("repl_execute: python3 exited before the REPL driver was ready: %s", c.sess.out.strayTail())
+		return fmt.Errorf("repl_execute: python3 exited before the REPL driver was ready; %s", c.sess.out.said())
 	case errors.Is(err, errDeadline):
 		c.kill(ctx)
-		return fmt.Errorf("repl_execute: the REPL driver was not ready within %s: %s", StartTimeout, c.sess.out.strayTail())
+		return fmt.Errorf("repl_execute: the REPL driver was not ready within %s; %s", StartTimeout, c.sess.out.said())
 	case err != nil:
 		return err
 	case m.Type == "fatal":
@@ -286,12 +286,12 @@ func (c *call) cell(ctx context.Context, code string) (Result, error) {
 			"the cell ran past its %s timeout and did not stop within %s of an interrupt (SIGINT), so its Python process was killed and a fresh session started: all state (variables, imports) was lost, and so was the cell's output",
 			c.timeout, InterruptGrace)}, nil
 	case errors.Is(err, errExited):
-		why := c.sess.out.strayTail()
+		why := c.sess.out.said()
 		if err := c.start(ctx); err != nil {
 			return Result{}, fmt.Errorf("repl_execute: the Python process exited during the cell (%s); starting a new session failed: %w", why, err)
 		}
 		return Result{
-			Error:      &Error{Name: "SessionExited", Value: "the Python process exited during the cell: " + why},
+			Error:      &Error{Name: "SessionExited", Value: "the Python process exited during the cell; " + why},
 			Restarted:  true,
 			DurationMS: elapsed,
 			Message:    "the Python process exited during the cell (os._exit, a crash or the memory limit), so a fresh session was started: all state (variables, imports) was lost, and so was the cell's output",

@@ -146,13 +146,14 @@ func (r *reader) noteStray(b []byte) {
 	}
 }
 
-// strayTail is the stray output for an error message, or "(none)".
-func (r *reader) strayTail() string {
+// said is the end of the stray output, for a message on why the process
+// ended: "its last output: ..." or "it printed nothing".
+func (r *reader) said() string {
 	s := string(bytes.TrimSpace(r.stray))
 	if s == "" {
-		return "(no output)"
+		return "it printed nothing"
 	}
-	return s
+	return "its last output: " + s
 }
 
 // newID returns a random request id: a response that echoes it cannot be
