@@ -1,0 +1,269 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// localAgent is an Agent whose "sandbox" is this machine: Start runs a real
+// local process (python3 is the real /usr/bin/python3), only the transport
+// is local. Files written land under root.
+type localAgent struct {
+	t      *testing.T
+	python string // what python3 resolves to; "" is a sandbox without it
+	// startFails makes a missing python3 fail Start itself, as an agent
+	// built on os/exec would, instead of a process that exits at once
+	// saying so, as the sbx agent does.
+	startFails bool
+	root       string
+
+	mu     sync.Mutex
+	files  map[string]string // sandbox path -> local path
+	procs  map[string]*localProc
+	seq    int
+	starts int
+}
+
+// localProc is one process and its output log.
+type localProc struct {
+	id, tag string
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	limit   int64
+
+	mu      sync.Mutex
+	log     []byte // output at offsets base..base+len(log)
+	base    int64
+	alive   bool
+	changed chan struct{} // closed on new output or exit
+}
+
+func newLocalAgent(t *testing.T) *localAgent {
+	a := &localAgent{t: t, python: "/usr/bin/python3", root: t.TempDir(),
+		files: map[string]string{}, procs: map[string]*localProc{}}
+	t.Cleanup(a.killAll)
+	return a
+}
+
+func (a *localAgent) killAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func (a *localAgent) WriteFile(_ context.Context, path string, content []byte, mode uint32) error {
+	local := filepath.Join(a.root, path)
+	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(local, content, os.FileMode(mode)); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.files[path] = local
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *localAgent) Start(_ context.Context, argv []string, env map[string]string, tag string, logBytes int64) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.starts++
+	a.seq++
+	p := &localProc{id: fmt.Sprintf("p%d", a.seq), tag: tag, limit: logBytes, changed: make(chan struct{})}
+	name := argv[0]
+	if name == "python3" {
+		name = a.python
+	}
+	if name == "" {
+		if a.startFails {
+			return "", fmt.Errorf("exec: %q: %w", argv[0], exec.ErrNotFound)
+		}
+		p.log = []byte("sbx: " + argv[0] + ": command not found\n")
+		a.procs[p.id] = p
+		return p.id, nil
+	}
+	args := make([]string, 0, len(argv)-1)
+	for _, arg := range argv[1:] {
+		if local, ok := a.files[arg]; ok {
+			arg = local
+		}
+		args = append(args, arg)
+	}
+	if err := a.spawn(p, name, args, env); err != nil {
+		return "", err
+	}
+	a.procs[p.id] = p
+	return p.id, nil
+}
+
+// spawn starts p in a process group of its own (Signal reaches the tree),
+// both output streams into one pipe.
+func (a *localAgent) spawn(p *localProc, name string, args []string, env map[string]string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Dir = a.root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return err
+	}
+	pw.Close()
+	p.cmd, p.stdin, p.alive = cmd, stdin, true
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := pr.Read(buf)
+			if n > 0 {
+				p.append(buf[:n])
+			}
+			if err != nil {
+				pr.Close()
+				return
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		select { // what the pipe held at the exit, unless a child keeps it open
+		case <-read:
+		case <-time.After(time.Second):
+		}
+		p.mu.Lock()
+		p.alive = false
+		p.notify()
+		p.mu.Unlock()
+	}()
+	return nil
+}
+
+func (p *localProc) append(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.log = append(p.log, b...)
+	if over := int64(len(p.log)) - p.limit; p.limit > 0 && over > 0 {
+		p.log = append([]byte(nil), p.log[over:]...)
+		p.base += over
+	}
+	p.notify()
+}
+
+// notify wakes the readers; p.mu is held.
+func (p *localProc) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (a *localAgent) proc(id string) (*localProc, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.procs[id]
+	if p == nil {
+		return nil, fmt.Errorf("no process %q", id)
+	}
+	return p, nil
+}
+
+func (a *localAgent) Find(_ context.Context, tag string) (string, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, p := range a.procs {
+		p.mu.Lock()
+		alive := p.alive
+		p.mu.Unlock()
+		if p.tag == tag && alive {
+			return id, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+func (a *localAgent) WriteStdin(_ context.Context, id string, data []byte) error {
+	p, err := a.proc(id)
+	if err != nil {
+		return err
+	}
+	if p.stdin == nil {
+		return errors.New("stdin closed")
+	}
+	_, err = p.stdin.Write(data)
+	return err
+}
+
+func (a *localAgent) ReadOutput(ctx context.Context, id string, since int64, wait time.Duration) ([]byte, int64, int64, bool, error) {
+	p, err := a.proc(id)
+	if err != nil {
+		return nil, 0, 0, false, err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	p.mu.Lock()
+	for p.base+int64(len(p.log)) <= since && p.alive {
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			p.mu.Lock()
+			end := p.base + int64(len(p.log))
+			p.mu.Unlock()
+			return nil, end, end, true, nil
+		case <-ctx.Done():
+			return nil, 0, 0, false, ctx.Err()
+		}
+		p.mu.Lock()
+	}
+	defer p.mu.Unlock()
+	end := p.base + int64(len(p.log))
+	start := min(max(since, p.base), end)
+	return append([]byte(nil), p.log[start-p.base:]...), start, end, p.alive, nil
+}
+
+func (a *localAgent) Signal(_ context.Context, id string, sig int) error {
+	p, err := a.proc(id)
+	if err != nil {
+		return err
+	}
+	if p.cmd == nil {
+		return nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.Signal(sig)); err != nil && err != syscall.ESRCH {
+		return err
+	}
+	return nil
+}
+
+// startCount is how many processes were started.
+func (a *localAgent) startCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.starts
+}

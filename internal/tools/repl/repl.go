@@ -1,0 +1,184 @@
+// Package repl is the engine of the repl_execute tool: a persistent,
+// Jupyter-like Python session per sandbox.
+//
+// The session is a Python process inside the sandbox running driver.py, which
+// is embedded here and written into the sandbox before the first start. The
+// daemon drives it through the sandbox's agent only (Agent): requests go to
+// the driver's stdin, responses come back through the process's output log,
+// so a daemon restart loses nothing but a cursor: the process is found again
+// by its tag and the stream resynchronised with a ping. llm_query calls from
+// the sandbox, which has no network, come back through the same channel and
+// are answered here (LLM). The wire protocol is described at the top of
+// driver.py and in wire.go.
+package repl
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+//go:embed driver.py
+var driverSource []byte
+
+const (
+	// DriverPath is where the driver is written in the sandbox.
+	DriverPath = "/tmp/.sbx/repl.py"
+	// Tag names the driver's process, so that it is found again after a
+	// daemon restart.
+	Tag = "sbx-repl"
+	// LogBytes is the size of the driver's output log in the agent. Only
+	// responses reach it (a cell's own output is captured by the driver),
+	// one at a time, and the daemon reads the log while a result is being
+	// written. A result holds at most about 7 MiB of text (1 MiB each of
+	// stdout and stderr, 4 MiB of images, the value and the traceback; JSON
+	// escapes of control characters can make it longer), so the log's window
+	// is ample.
+	LogBytes int64 = 16 << 20
+	// DefaultTimeout bounds a cell when Options.Timeout is 0.
+	DefaultTimeout = 60 * time.Second
+	// InterruptGrace is how long a cell past its timeout has, after SIGINT,
+	// to end with KeyboardInterrupt before its process is killed: C code that
+	// does not check for signals, or a cell that ignores SIGINT, would
+	// otherwise hold the session for ever.
+	InterruptGrace = 2 * time.Second
+	// StartTimeout bounds a driver's start, up to its ready message.
+	StartTimeout = 30 * time.Second
+)
+
+// ErrNoPython is returned when the sandbox has no python3 on its PATH.
+var ErrNoPython = errors.New("repl_execute: python3 is not installed in this sandbox")
+
+// Agent is what the REPL needs from a sandbox's agent.
+type Agent interface {
+	// Start runs argv in the background with stdin kept open and an output
+	// log of logBytes (combined stdout+stderr, addressed by cursor); env is
+	// added to the sandbox's default environment; tag names the process.
+	// Returns the process id. A command that cannot be found may either fail
+	// here or start a process that exits at once saying so (as the sbx agent
+	// does: "sbx: python3: command not found").
+	Start(ctx context.Context, argv []string, env map[string]string, tag string, logBytes int64) (string, error)
+	// Find returns the id of the running process with tag, if there is one.
+	Find(ctx context.Context, tag string) (id string, ok bool, err error)
+	WriteStdin(ctx context.Context, id string, data []byte) error
+	// ReadOutput returns output at offsets >= since, waiting up to wait for
+	// some (returns at once on exit). start > since means bytes in between
+	// were lost. alive is false once the process exited.
+	ReadOutput(ctx context.Context, id string, since int64, wait time.Duration) (data []byte, start, cursor int64, alive bool, err error)
+	// Signal sends sig to the process's group: 2 = SIGINT, 9 = kill the
+	// process tree.
+	Signal(ctx context.Context, id string, sig int) error
+	// WriteFile writes content to path in the sandbox, creating its parent
+	// directories.
+	WriteFile(ctx context.Context, path string, content []byte, mode uint32) error
+}
+
+// LLM is the OpenAI-compatible chat completions endpoint that llm_query
+// calls reach. URL is the base (POST {URL}/chat/completions); empty means
+// not configured, and llm_query then raises a RuntimeError saying so. The
+// key never enters the sandbox.
+type LLM struct {
+	URL, Model, APIKey string
+	Client             *http.Client // nil: http.DefaultClient (the cell's timeout bounds the call)
+}
+
+// Options of one Execute.
+type Options struct {
+	// Timeout bounds the cell, llm_query calls included; 0 is DefaultTimeout.
+	Timeout time.Duration
+	// Restart kills the session (all state is lost) and runs code in a fresh
+	// one.
+	Restart bool
+}
+
+// Result is what a cell did.
+type Result struct {
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Value is the repr of the cell's last expression, when it is one and
+	// not None (a trailing ";" suppresses it, as in Jupyter).
+	Value  string  `json:"value,omitempty"`
+	Error  *Error  `json:"error,omitempty"`
+	Images []Image `json:"images,omitempty"`
+	// Final is what the cell passed to FINAL(), if it called it.
+	Final          *string `json:"final,omitempty"`
+	ExecutionCount int     `json:"execution_count"`
+	DurationMS     int64   `json:"duration_ms"`
+	// Truncated says that stdout, stderr, the value, the traceback or the
+	// images were cut (each says where, in a notice).
+	Truncated bool `json:"truncated,omitempty"`
+	// TimedOut says the cell ran past its timeout and was interrupted.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Restarted says the cell ran in, or was followed by, a fresh session:
+	// the variables and imports of before are gone. Message says why.
+	Restarted bool   `json:"restarted,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
+// Error is the exception a cell raised.
+type Error struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// Image is a matplotlib figure left open at the end of a cell.
+type Image struct {
+	PNG string `json:"png"`           // base64
+	SVG string `json:"svg,omitempty"` // left out when over 1 MiB
+}
+
+// Sessions holds one session per sandbox. It is safe for concurrent use;
+// the calls on one sandbox are serialised.
+type Sessions struct {
+	llm LLM
+	mu  sync.Mutex
+	m   map[string]*session
+}
+
+// NewSessions returns an empty set of sessions whose llm_query calls go to llm.
+func NewSessions(llm LLM) *Sessions {
+	return &Sessions{llm: llm, m: make(map[string]*session)}
+}
+
+// Forget drops what is known of sandboxID's session: the sandbox is gone.
+// Nothing is sent to the sandbox.
+func (s *Sessions) Forget(sandboxID string) {
+	s.mu.Lock()
+	delete(s.m, sandboxID)
+	s.mu.Unlock()
+}
+
+func (s *Sessions) session(sandboxID string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.m[sandboxID]
+	if sess == nil {
+		sess = newSession()
+		s.m[sandboxID] = sess
+	}
+	return sess
+}
+
+// Execute runs code in sandboxID's session, through a, starting the session
+// if there is none. The error is for what kept the cell from running (no
+// python3, the agent failed); what the cell itself did, exceptions and
+// timeouts included, is in the Result.
+func (s *Sessions) Execute(ctx context.Context, sandboxID string, a Agent, code string, opt Options) (Result, error) {
+	sess := s.session(sandboxID)
+	select {
+	case <-sess.turn:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	defer func() { sess.turn <- struct{}{} }()
+	timeout := opt.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	c := &call{llm: s.llm, sess: sess, a: a, timeout: timeout}
+	return c.execute(ctx, code, opt.Restart)
+}
