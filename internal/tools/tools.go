@@ -19,6 +19,7 @@ import (
 
 	"sbx/internal/manager"
 	"sbx/internal/sandbox"
+	"sbx/internal/tools/repl"
 )
 
 // Tool is one tool's contract and implementation.
@@ -73,19 +74,23 @@ func define[In any, Out Result](t Tool, run func(ctx context.Context, c *Call, i
 type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// LLM is the model endpoint repl_execute's llm_query reaches; its zero
+	// value makes llm_query say none is configured.
+	LLM repl.LLM
 }
 
 // Set is every tool, over one manager.
 type Set struct {
 	m     *manager.Manager
 	now   func() time.Time
+	repl  *repl.Sessions
 	tools []*Tool
 	named map[string]*Tool
 }
 
 // New returns the tool set over m.
 func New(m *manager.Manager, opts Options) *Set {
-	s := &Set{m: m, now: opts.Now, named: map[string]*Tool{}}
+	s := &Set{m: m, now: opts.Now, repl: repl.NewSessions(opts.LLM), named: map[string]*Tool{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
