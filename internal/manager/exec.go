@@ -19,6 +19,9 @@ func (m *Manager) client(ctx context.Context, op string, id sandbox.ID) (*agentc
 	if err := checkID(op, id); err != nil {
 		return nil, err
 	}
+	if err := m.authorize(ctx, op, id); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	l := m.live[id]
 	var lost string

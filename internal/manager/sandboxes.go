@@ -21,7 +21,7 @@ func (m *Manager) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, erro
 		return sandbox.Sandbox{}, err
 	}
 	sb, err := m.store.GetSandbox(ctx, id)
-	if errors.Is(err, sandbox.ErrNotFound) || sb.State == sandbox.StateWarm {
+	if errors.Is(err, sandbox.ErrNotFound) || sb.State == sandbox.StateWarm || (err == nil && !owns(ctx, sb.OwnerKey)) {
 		return sandbox.Sandbox{}, notFound(op, id)
 	}
 	if err != nil {
@@ -38,7 +38,7 @@ func (m *Manager) List(ctx context.Context, labels map[string]string) ([]sandbox
 	}
 	out := all[:0]
 	for _, sb := range all {
-		if sb.State != sandbox.StateWarm && hasLabels(sb.Spec.Labels, labels) {
+		if sb.State != sandbox.StateWarm && owns(ctx, sb.OwnerKey) && hasLabels(sb.Spec.Labels, labels) {
 			out = append(out, sb)
 		}
 	}
@@ -76,6 +76,9 @@ func (m *Manager) Update(ctx context.Context, id sandbox.ID, u Update) (_ sandbo
 		m.audit(ctx, id, op, "", strings.Join(what, " "), retErr)
 	}()
 	if err := checkID(op, id); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := m.authorize(ctx, op, id); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	var errs []error
@@ -131,6 +134,12 @@ func wrongState(st sandbox.State) error {
 
 // Delete destroys the sandbox. A second call returns ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, id sandbox.ID) error {
+	if err := checkID("delete", id); err != nil {
+		return err
+	}
+	if err := m.authorize(ctx, "delete", id); err != nil {
+		return err
+	}
 	return m.destroy(ctx, "delete", id, "")
 }
 

@@ -245,6 +245,9 @@ func (s *server) handle(rt route) http.Handler {
 			rw.keyID = k.ID
 			// The manager counts limits, records owners and audits under it.
 			r = r.WithContext(manager.WithKey(r.Context(), k))
+			if err == nil {
+				err = allowed(k, rt.op)
+			}
 		}
 		if err == nil {
 			err = rt.h(rw, r)

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -68,5 +69,28 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// routeCapability is the capability each route that acts inside a sandbox
+// needs, the same as the tools that do the same (SECURITY.md AP-04): a key
+// without sandbox.exec runs no command by any route, one without tools.files
+// touches no file. Routes not named here need none (sandboxes' own life,
+// the daemon's health); the tool routes check their tool's.
+var routeCapability = map[string]string{
+	"exec": tools.CapExec, "list_processes": tools.CapExec, "get_process": tools.CapExec, "attach": tools.CapExec,
+	"wait_process": tools.CapExec, "write_stdin": tools.CapExec, "signal": tools.CapExec, ptyOp: tools.CapExec,
+	"read_file": tools.CapFiles, "write_file": tools.CapFiles, "stat": tools.CapFiles, "list_dir": tools.CapFiles,
+	"make_dir": tools.CapFiles, "move": tools.CapFiles, "remove": tools.CapFiles, "glob": tools.CapFiles,
+	"grep": tools.CapFiles, "download": tools.CapFiles, "upload": tools.CapFiles,
+	"download_archive": tools.CapFiles, "upload_archive": tools.CapFiles,
+}
+
+// allowed refuses op to a key without its capability, in the words of seed
+// 001: "access denied: <capability>".
+func allowed(k manager.Key, op string) error {
+	if c := routeCapability[op]; c != "" && !k.Can(c) {
+		return fmt.Errorf("%w: %s", sandbox.ErrDenied, c)
+	}
 	return nil
 }

@@ -114,3 +114,70 @@ func TestToolBadInput(t *testing.T) {
 		}
 	}
 }
+
+// Every route that acts inside a sandbox needs its family's capability
+// (AP-04), and a key sees only its own sandboxes: another key's id is a 404
+// word for word like an unknown one (AP-02). The admin key sees all.
+func TestRouteCapabilitiesAndOwners(t *testing.T) {
+	e := newAPI(t, Options{})
+	e.d.Script("true", fake.Run{})
+	key := func(name string, caps ...string) string {
+		body, _ := json.Marshal(map[string]any{"name": name, "capabilities": caps})
+		resp, b := e.do("POST", "/v1/keys", string(body))
+		var k openapi.KeyInfo
+		if resp.StatusCode != 201 || json.Unmarshal(b, &k) != nil {
+			t.Fatalf("create key = %d %s", resp.StatusCode, b)
+		}
+		return "Bearer " + k.Secret
+	}
+	files, execKey, other := key("files", "tools.files"), key("exec", "sandbox.exec"), key("other")
+	sbOf := func(auth string) string {
+		resp, b := e.do("POST", "/v1/sandboxes", `{}`, "Authorization", auth)
+		var sb openapi.Sandbox
+		if resp.StatusCode != 201 || json.Unmarshal(b, &sb) != nil {
+			t.Fatalf("create = %d %s", resp.StatusCode, b)
+		}
+		return sb.ID
+	}
+	fid, eid := sbOf(files), sbOf(execKey)
+	for _, c := range []struct {
+		auth, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{files, "POST", "/v1/sandboxes/" + fid + "/exec", `{"command":"true"}`, 403, "access denied: sandbox.exec"},
+		{execKey, "POST", "/v1/sandboxes/" + eid + "/exec", `{"command":"true"}`, 200, `"exit_code":0`},
+		{execKey, "GET", "/v1/sandboxes/" + eid + "/files/stat?path=/", "", 403, "access denied: tools.files"},
+		{files, "GET", "/v1/sandboxes/" + fid + "/files/list?path=/", "", 501, "ListDir is not implemented"}, // past the gate: the fake agent has no ListDir
+		// Another key's sandbox: 404 as for an id that does not exist.
+		{other, "GET", "/v1/sandboxes/" + eid, "", 404, "get " + eid + ": sandbox not found"},
+		{other, "POST", "/v1/sandboxes/" + eid + "/exec", `{"command":"true"}`, 404, "exec " + eid + ": sandbox not found"},
+		{other, "DELETE", "/v1/sandboxes/" + eid, "", 404, "delete " + eid + ": sandbox not found"},
+		{other, "PATCH", "/v1/sandboxes/" + eid, `{"timeout":60}`, 404, "sandbox not found"},
+		{other, "POST", "/v1/sandboxes/" + eid + "/tools/sandbox.exec", `{"runtime":"sh","code":"true"}`, 404, "sandbox not found"},
+		{"Bearer " + e.token, "GET", "/v1/sandboxes/" + eid, "", 200, eid},
+	} {
+		resp, b := e.do(c.method, c.path, c.body, "Authorization", c.auth)
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s %s = %d %s, want %d with %q", c.method, c.path, resp.StatusCode, b, c.status, c.want)
+		}
+	}
+	// Unknown and foreign ids answer alike, but for the id itself.
+	unknown := "aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	_, b1 := e.do("GET", "/v1/sandboxes/"+unknown, "", "Authorization", other)
+	_, b2 := e.do("GET", "/v1/sandboxes/"+eid, "", "Authorization", other)
+	strip := func(b []byte, id string) string {
+		var eb openapi.ErrorBody
+		json.Unmarshal(b, &eb)
+		eb.Error.RequestID = ""
+		out, _ := json.Marshal(eb)
+		return strings.ReplaceAll(string(out), id, "ID")
+	}
+	if strip(b1, unknown) != strip(b2, eid) {
+		t.Errorf("unknown %s vs foreign %s", b1, b2)
+	}
+	resp, b := e.do("GET", "/v1/sandboxes", "", "Authorization", other)
+	if resp.StatusCode != 200 || strings.Contains(string(b), eid) || strings.Contains(string(b), fid) {
+		t.Errorf("another key's list shows foreign sandboxes: %s", b)
+	}
+}
