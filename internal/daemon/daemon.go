@@ -23,7 +23,9 @@ import (
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/server/httpapi"
+	"sbx/internal/server/mcpserver"
 	"sbx/internal/store"
+	"sbx/internal/tools"
 )
 
 // Main runs `sbx serve` with args (after "serve") until ctx ends; it returns an exit code.
@@ -164,8 +166,11 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// the API itself (httpapi's bodyrate.go); there is no ReadTimeout or
 	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
 	// output that streams for as long as the command runs.
+	// One tool set, served at /v1/tools and, over MCP, at /mcp.
+	set := tools.New(m, tools.Options{})
+	mcpSrv := mcpserver.New(set, m, mcpserver.Options{Log: base})
 	srv := &http.Server{
-		Handler:           httpapi.New(m, httpapi.Options{Log: base}),
+		Handler:           httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -188,9 +193,16 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
+	// MCP sessions end as the listeners close: their event streams are
+	// requests Shutdown would wait for, and their sandboxes are deleted while
+	// the manager still runs.
+	srv.RegisterOnShutdown(func() { mcpSrv.Close(sctx) })
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("in-flight requests did not finish in time", logkey.Err, err)
 		srv.Close()
+	}
+	if err := mcpSrv.Close(sctx); err != nil {
+		log.Warn("ending MCP sessions", logkey.Err, err)
 	}
 	if err := m.Close(sctx); err != nil {
 		log.Warn("closing the manager", logkey.Err, err)
