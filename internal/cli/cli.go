@@ -71,6 +71,7 @@ func commands() []command {
 		{"get", "show a sandbox", runGet},
 		{"rm", "delete sandboxes", runRm},
 		{"health", "show the daemon's backends", runHealth},
+		{"mcp", "serve the daemon's tools over MCP on stdin and stdout", runMCP},
 		{"bench", "run the benchmark", runBench},
 		{"gc", "remove sandboxes whose daemon and data dir are gone", runGC},
 		{"version", "print the version", runVersion},

@@ -21,6 +21,12 @@ func (c *Client) Health(ctx context.Context) (*openapi.Health, error) {
 	return &h, c.call(ctx, request{op: "health", method: http.MethodGet, path: "/v1/health"}, &h)
 }
 
+// Tools lists the agent tools the daemon serves, with their schemas.
+func (c *Client) Tools(ctx context.Context) (*openapi.ToolList, error) {
+	var l openapi.ToolList
+	return &l, c.call(ctx, request{op: "list_tools", method: http.MethodGet, path: "/v1/tools"}, &l)
+}
+
 // CreateOption changes one Create call.
 type CreateOption func(*request)
 
