@@ -7,10 +7,10 @@ import (
 	"io"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
-	"strings"
 	"time"
 )
 

@@ -73,6 +73,7 @@ func commands() []command {
 		{"tools", "list the agent tools", runTools},
 		{"tool", "call an agent tool in a sandbox", runTool},
 		{"health", "show the daemon's backends", runHealth},
+		{"mcp", "serve the daemon's tools over MCP on stdin and stdout", runMCP},
 		{"bench", "run the benchmark", runBench},
 		{"gc", "remove sandboxes whose daemon and data dir are gone", runGC},
 		{"version", "print the version", runVersion},

@@ -82,6 +82,48 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 // Close drops idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
+// URL returns the URL of path on the daemon, for protocols served beside /v1
+// (MCP at /mcp). Over a unix socket its host is a placeholder: only
+// HTTPClient reaches it.
+func (c *Client) URL(path string) string { return c.base + path }
+
+// Address is the daemon's address as it was given (or found), for messages.
+func (c *Client) Address() string { return c.where }
+
+// HTTPClient returns an HTTP client of the daemon that sends the API key and
+// User-Agent with every request, over the unix socket when the daemon was
+// found that way: for clients of other protocols (MCP) that build their own
+// requests.
+func (c *Client) HTTPClient() *http.Client {
+	base := c.hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &http.Client{Transport: &authTransport{base: base, key: c.key, ua: c.ua}}
+}
+
+// authTransport adds the API key and User-Agent to each request.
+type authTransport struct {
+	base    http.RoundTripper
+	key, ua string
+}
+
+func (t *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if t.key != "" {
+		r.Header.Set("Authorization", "Bearer "+t.key)
+	}
+	r.Header.Set("User-Agent", t.ua)
+	return t.base.RoundTrip(r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the base.
+func (t *authTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // request is one call: op names it in errors.
 type request struct {
 	op     string

@@ -122,6 +122,41 @@ func TestUnixSocket(t *testing.T) {
 	}
 }
 
+// TestHTTPClient checks that the client HTTPClient hands other protocols
+// reaches the daemon's socket and sends the key with each request.
+func TestHTTPClient(t *testing.T) {
+	testutil.CheckLeaks(t)
+	sock := filepath.Join(t.TempDir(), "sbx.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s %s", r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("User-Agent"))
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	c, err := New("unix:"+sock, "sbx_secret", WithUserAgent("sbx-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hc := c.HTTPClient()
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(c.URL("/mcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got, want := string(b), "/mcp Bearer sbx_secret sbx-test"; got != want {
+		t.Errorf("the server saw %q, want %q", got, want)
+	}
+	if c.Address() != "unix:"+sock {
+		t.Errorf("Address() = %q", c.Address())
+	}
+}
+
 func TestExecStream(t *testing.T) {
 	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		// The client asks for frames; a daemon that answers NDJSON is read too.

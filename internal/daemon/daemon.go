@@ -23,7 +23,10 @@ import (
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
 	"sbx/internal/server/httpapi"
+	"sbx/internal/server/mcpserver"
 	"sbx/internal/store"
+	"sbx/internal/tools"
+	"sbx/internal/tools/repl"
 )
 
 // Main runs `sbx serve` with args (after "serve") until ctx ends; it returns an exit code.
@@ -164,7 +167,10 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// the API itself (httpapi's bodyrate.go); there is no ReadTimeout or
 	// WriteTimeout, which would cut multi-GB uploads and downloads and exec
 	// output that streams for as long as the command runs.
-	api := httpapi.New(m, httpapi.Options{Log: base})
+	// One tool set, served at /v1/tools and, over MCP, at /mcp.
+	set := tools.New(m, tools.Options{LLM: repl.LLM{URL: cfg.LLM.URL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey}})
+	mcpSrv := mcpserver.New(set, m, mcpserver.Options{Log: base})
+	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler()})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -189,12 +195,19 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
+	// MCP sessions end as the listeners close: their event streams are
+	// requests Shutdown would wait for, and their sandboxes are deleted while
+	// the manager still runs.
+	srv.RegisterOnShutdown(func() { mcpSrv.Close(sctx) })
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("in-flight requests did not finish in time", logkey.Err, err)
 		srv.Close()
 	}
 	if err := httpapi.CloseTerminals(sctx, api); err != nil {
 		log.Warn("terminals did not end in time", logkey.Err, err)
+	}
+	if err := mcpSrv.Close(sctx); err != nil {
+		log.Warn("ending MCP sessions", logkey.Err, err)
 	}
 	if err := m.Close(sctx); err != nil {
 		log.Warn("closing the manager", logkey.Err, err)
