@@ -32,6 +32,143 @@ const cases = {
       !text.includes("hello-from-mcp") || !text.includes("[exit code 3]") ? `text ${JSON.stringify(text)}` : null,
     outOfRange: { args: { runtime: "sh", code: "true", timeout_ms: 0 }, want: "timeout_ms: 0 is below 1" },
   },
+
+  // seed 000
+  "sandbox_bash": {
+    args: { command: "mkdir -p /workspace/mcp && seq 3 > /workspace/mcp/n.txt && echo made", description: "writing a file" },
+    check: (sc) =>
+      sc.stdout !== "made\n" || sc.exit_code !== 0 ? `result ${JSON.stringify(sc)}` :
+      sc.file_count !== 1 || sc.files[0] !== "/workspace/mcp/n.txt" ? `files ${JSON.stringify(sc.files)}` :
+      !sc.local_paths["/workspace/mcp/n.txt"]?.includes("/files/download?path=") ? `local_paths ${JSON.stringify(sc.local_paths)}` : null,
+    outOfRange: { args: { command: "true", timeout_seconds: 3601 }, want: "3601 is outside the range 1–3600" },
+  },
+  "exec_command": {
+    args: { command: "python3 -q", grace_seconds: 1 },
+    check: (sc) => sc.alive !== true || !sc.session_id || sc.exit_code !== null ? `result ${JSON.stringify(sc)}` : null,
+    outOfRange: { args: { command: "true", rows: 0 }, want: "rows: 0 is outside the range 1–1000" },
+  },
+  "write_stdin": {
+    args: (ctx) => ({ session_id: ctx.results.exec_command?.session_id ?? "none", input: "print(6*7)\n", wait_seconds: 2 }),
+    check: (sc) => sc.cursor <= 0 || !sc.alive ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "list_sessions": {
+    args: {},
+    check: (sc) => !Array.isArray(sc.sessions) || sc.sessions.length < 1 ? `sessions ${JSON.stringify(sc.sessions)}` : null,
+  },
+  "close_session": {
+    args: (ctx) => ({ session_id: ctx.results.exec_command?.session_id ?? "none" }),
+    check: (sc) => sc.outcome !== "signaled" ? `outcome ${sc.outcome}` : null,
+  },
+  "shell_interactive": {
+    args: { input: "echo $((40+2))\n", wait_seconds: 2 },
+    check: (sc) => !sc.session_id ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "repl_execute": {
+    args: { code: "x = 21\nx * 2" },
+    check: (sc) => sc.value !== "42" ? `value ${JSON.stringify(sc.value)} (${JSON.stringify(sc)})` : null,
+    outOfRange: { args: { code: "1", timeout_seconds: 0 }, want: "timeout_seconds: 0 is outside the range 1–3600" },
+  },
+  "bsl_check": {
+    args: { path: "/tmp" },
+    expectError: "bsl-language-server is not installed",
+  },
+
+  // seed 002 (deepagents)
+  "write_file": {
+    args: { file_path: "/workspace/mcp/app.py", content: "def f():\n    return 1\n" },
+    check: (sc) => sc.file_path !== "/workspace/mcp/app.py" || sc.bytes !== 24 ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "read_file": {
+    args: { file_path: "/workspace/mcp/app.py" },
+    check: (sc) => sc.content !== "     1\tdef f():\n     2\t    return 1" ? `content ${JSON.stringify(sc.content)}` : null,
+    outOfRange: { args: { file_path: "/workspace/mcp/app.py", limit: 0 }, want: "limit: 0 is outside the range" },
+  },
+  "edit_file": {
+    args: { file_path: "/workspace/mcp/app.py", old_string: "return 1", new_string: "return 2" },
+    check: (sc) => sc.replacements !== 1 || sc.strategy !== "exact" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "ls": {
+    args: { path: "/workspace/mcp" },
+    check: (sc) => !sc.entries?.some((e) => e.path === "/workspace/mcp/app.py") ? `entries ${JSON.stringify(sc.entries)}` : null,
+  },
+  "glob": {
+    args: { pattern: "**/*.py", path: "/workspace" },
+    check: (sc) => !sc.paths?.includes("/workspace/mcp/app.py") ? `paths ${JSON.stringify(sc.paths)}` : null,
+  },
+  "grep": {
+    args: { pattern: "return 2", path: "/workspace/mcp", output_mode: "content" },
+    check: (sc) => sc.matches?.[0]?.line !== 2 ? `matches ${JSON.stringify(sc.matches)}` : null,
+  },
+
+  // seed 004
+  "shell_exec": {
+    args: { command: "git init -q --bare /tmp/mcp.git && printf '<title>mcp-page</title><p>hello</p>' > /tmp/page.html && echo sh-ok" },
+    check: (sc) => sc.stdout !== "sh-ok\n" || sc.exit_code !== 0 ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "git_clone": {
+    args: { url: "/tmp/mcp.git", path: "/workspace/mcprepo" },
+    check: (sc) => sc.path !== "/workspace/mcprepo" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "file_write": {
+    args: { file: "/workspace/mcprepo/a.txt", content: "alpha\n" },
+    check: (sc) => sc.bytes_written !== 6 ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "file_read": {
+    args: { file: "/workspace/mcprepo/a.txt" },
+    check: (sc) => sc.content !== "alpha\n" ? `content ${JSON.stringify(sc.content)}` : null,
+  },
+  "file_list": {
+    args: { path: "/workspace/mcprepo" },
+    check: (sc) => !sc.entries?.some((e) => e.name === "a.txt") ? `entries ${JSON.stringify(sc.entries)}` : null,
+  },
+  "file_search": {
+    args: { file: "/workspace/mcprepo", regex: "alp+ha" },
+    check: (sc) => sc.matches?.[0]?.line !== 1 ? `matches ${JSON.stringify(sc.matches)}` : null,
+  },
+  "git_status": {
+    args: { path: "/workspace/mcprepo" },
+    check: (sc) => sc.clean !== false || !sc.files?.some((f) => f.path === "a.txt") ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "git_commit": {
+    args: { path: "/workspace/mcprepo", message: "add a" },
+    check: (sc) => !/^[0-9a-f]{7,}$/.test(sc.commit ?? "") ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "git_push": {
+    args: { path: "/workspace/mcprepo" },
+    check: (sc) => sc.remote !== "origin" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "file_delete": {
+    args: { file: "/workspace/mcprepo/a.txt" },
+    check: (sc) => sc.deleted !== true ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "python_exec": {
+    args: { code: "print(2+3)" },
+    check: (sc) => sc.stdout !== "5\n" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "pip_install": {
+    args: { packages: ["sbx-no-such-package"], no_index: true },
+    expectError: "sbx-no-such-package",
+  },
+  "http_request": {
+    args: { url: "http://127.0.0.1:9/" },
+    expectError: "refused",
+  },
+  "browser_open": {
+    args: { url: "file:///tmp/page.html" },
+    check: (sc) => sc.title !== "mcp-page" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "env_set": {
+    args: { name: "MCP_VAR", value: "v1" },
+    check: (sc) => sc.set !== true ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "env_get": {
+    args: { name: "MCP_VAR" },
+    check: (sc) => sc.value !== "v1" ? `result ${JSON.stringify(sc)}` : null,
+  },
+  "process_list": {
+    args: {},
+    check: (sc) => !Array.isArray(sc.processes) || sc.processes.length < 1 ? `result ${JSON.stringify(sc)}` : null,
+  },
 };
 
 let passed = 0;
@@ -122,6 +259,12 @@ async function main() {
     await check(`${name}: call`, async () => {
       const args = typeof c.args === "function" ? c.args(ctx) : c.args;
       const res = await client.callTool({ name, arguments: args });
+      if (c.expectError) {
+        // A tool whose effect needs what the test sandbox lacks (a network,
+        // a program): its call must fail as an isError result saying why.
+        return !res.isError ? `not an isError result: ${JSON.stringify(res.structuredContent)}` :
+          !textOf(res).includes(c.expectError) ? `text ${JSON.stringify(textOf(res))}, want ${JSON.stringify(c.expectError)}` : null;
+      }
       if (res.isError) return `isError: ${textOf(res)}`;
       const id = res._meta?.[META_SANDBOX];
       if (!id) return `no ${META_SANDBOX} in _meta`;
