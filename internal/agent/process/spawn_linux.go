@@ -47,6 +47,9 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	if s.NoSpill {
 		p.out[0].spillFailed, p.out[1].spillFailed = true, true
 	}
+	if s.OutputLogBytes > 0 {
+		p.log = newOutputLog(min(s.OutputLogBytes, MaxOutputLog))
+	}
 	t.mu.Lock()
 	for p.ID == "" || t.procs[p.ID] != nil {
 		p.ID = newID()
