@@ -8,7 +8,7 @@
 //   - whitespace: windows of whole lines equal to old_string's lines once
 //     trailing whitespace (and \r) is ignored.
 //   - indentation: the same, ignoring leading whitespace too; new_string is
-//     then re-indented by the difference (see reindent).
+//     then re-indented to the file's indentation (see reindent).
 //   - fuzzy: the window of as many lines whose similarity to old_string is
 //     highest, at least FuzzyThreshold, and clearly above any other's (by
 //     fuzzyMargin). Similarity is a normalised Levenshtein distance over
@@ -274,49 +274,93 @@ func (t *text) replace(wins []int, o oldText, new string, reindent bool) (string
 	return b.String(), first, last
 }
 
-// reindentFor re-indents new by the difference between the indentation of
-// old's first non-blank line and that of its counterpart in window i of t.
+// reindentFor re-indents new to window i of t, which old matched ignoring
+// indentation: by the indentation each of old's lines has there (levels),
+// and the difference of the first non-blank one's (from, to).
 func reindentFor(new string, old []string, t *text, i int) string {
+	var from, to string
+	levels := map[string]string{}
 	for j, l := range old {
-		if strings.TrimSpace(l) != "" {
-			return reindent(new, indentOf(l), indentOf(t.line(i+j)))
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		o, f := indentOf(l), indentOf(t.line(i+j))
+		if len(levels) == 0 {
+			from, to = o, f
+		}
+		if _, ok := levels[o]; !ok {
+			levels[o] = f
 		}
 	}
-	return new
+	return reindent(new, from, to, levels)
 }
 
 func indentOf(s string) string { return s[:len(s)-len(strings.TrimLeft(s, " \t"))] }
 
-// reindent moves every non-blank line of s from indentation from to to.
-// When one is spaces and the other tabs (4 spaces for 1 tab, say), each
-// line's indentation is converted at that ratio. Otherwise a line starting
-// with from gets to in its place, and another one, less indented, gets what
-// to adds to from, or loses what from adds to to.
-func reindent(s, from, to string) string {
-	if from == to {
+// reindent moves every non-blank line of s from indentation from to to,
+// levels mapping more of old's indentations to the file's (from to to among
+// them; nil for none). When one of from and to is spaces and the other tabs
+// (4 spaces for 1 tab, say), each line's indentation is converted at that
+// ratio. Otherwise a line indented as a level is indented as it maps to; one
+// indented deeper than some levels gets the deepest one's mapping and keeps
+// the rest; any other gets to in place of from when it starts with it, and
+// else what to adds to from, or loses what from adds to to.
+func reindent(s, from, to string, levels map[string]string) string {
+	if from == to && identity(levels) {
 		return s
 	}
 	conv := indentConverter(from, to)
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
-		if conv != nil && strings.TrimSpace(l) != "" {
-			if ind, ok := conv(indentOf(l)); ok {
-				lines[i] = ind + l[len(indentOf(l)):]
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		ind := indentOf(l)
+		if conv != nil {
+			if c, ok := conv(ind); ok {
+				lines[i] = c + l[len(ind):]
 				continue
 			}
 		}
+		if m, ok := levels[ind]; ok {
+			lines[i] = m + l[len(ind):]
+			continue
+		}
+		if k, ok := deepestLevel(levels, ind); ok {
+			lines[i] = levels[k] + l[len(k):]
+			continue
+		}
 		switch {
-		case strings.TrimSpace(l) == "":
 		case strings.HasPrefix(l, from):
 			lines[i] = to + l[len(from):]
 		case strings.HasPrefix(to, from):
 			lines[i] = to[len(from):] + l
 		case strings.HasPrefix(from, to):
-			ind := indentOf(l)
 			lines[i] = l[min(len(ind), len(from)-len(to)):]
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// identity reports whether levels maps every indentation to itself.
+func identity(levels map[string]string) bool {
+	for o, f := range levels {
+		if o != f {
+			return false
+		}
+	}
+	return true
+}
+
+// deepestLevel returns the longest indentation of levels that ind extends.
+func deepestLevel(levels map[string]string, ind string) (string, bool) {
+	best, found := "", false
+	for o := range levels {
+		if strings.HasPrefix(ind, o) && (!found || len(o) > len(best)) {
+			best, found = o, true
+		}
+	}
+	return best, found
 }
 
 // indentConverter returns a function converting an indentation of spaces to

@@ -111,9 +111,14 @@ func TestReindent(t *testing.T) {
 		{"\ta\n  b", "\t", "   ", "   a\n  b"},
 	}
 	for _, tc := range cases {
-		if got := reindent(tc.s, tc.from, tc.to); got != tc.want {
+		if got := reindent(tc.s, tc.from, tc.to, nil); got != tc.want {
 			t.Errorf("reindent(%q, %q, %q) = %q, want %q", tc.s, tc.from, tc.to, got, tc.want)
 		}
+	}
+	// Levels: a snippet indented by 2 for a file indented by 4.
+	levels := map[string]string{"": "", "  ": "    "}
+	if got, want := reindent("if a:\n  b()\n    c()\nd()", "", "", levels), "if a:\n    b()\n      c()\nd()"; got != want {
+		t.Errorf("reindent by levels = %q, want %q", got, want)
 	}
 }
 
