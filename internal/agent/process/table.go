@@ -207,6 +207,9 @@ type Proc struct {
 	oom0  int64
 	pids0 int64 // the sandbox's pids.events max count at start, or -1
 	done  chan struct{}
+	// exit is closed once the exit status is in (before done, which waits
+	// for the output too).
+	exit chan struct{}
 
 	stdinMu sync.Mutex
 	stdin   *os.File // guarded by stdinMu; nil once closed or when none
@@ -661,6 +664,7 @@ func (p *Proc) exited(ws syscall.WaitStatus) {
 		f.SetReadDeadline(time.Now().Add(drainGrace))
 	}
 	p.gone.Store(true)
+	close(p.exit)
 	p.pending--
 	if p.pending == 0 {
 		p.finishLocked()
