@@ -111,6 +111,10 @@ func TestReadOutputPTY(t *testing.T) {
 		t.Errorf("ReadOutput past the end = %v, want invalid argument: %s", err, want)
 	}
 
+	if _, err := a.cl.ReadOutput(ctx, id, -1, 0, 0, 0); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "cursor -1 is negative") {
+		t.Errorf("ReadOutput(-1) = %v, want invalid argument", err)
+	}
+
 	// ^D at the start of a line ends cat; the last read says so, with the result.
 	if err := a.cl.WriteStdin(ctx, id, []byte{4}, false); err != nil {
 		t.Fatal(err)

@@ -25,13 +25,17 @@ const (
 // output log.
 var ErrNoOutputLog = errors.New("not started with an output log")
 
-// CursorError is a ReadOutput cursor past the end of the output.
+// CursorError is a ReadOutput cursor past the end of the output (or
+// negative).
 type CursorError struct {
 	ID          string
 	Cursor, End int64
 }
 
 func (e *CursorError) Error() string {
+	if e.Cursor < 0 {
+		return fmt.Sprintf("process %s: cursor %d is negative", e.ID, e.Cursor)
+	}
 	return fmt.Sprintf("process %s: cursor %d is past the end of the output (%d)", e.ID, e.Cursor, e.End)
 }
 

@@ -30,6 +30,9 @@ func (a agentService) ReadOutput(ctx context.Context, req *connect.Request[pb.Re
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	if m.GetSince() < 0 {
+		return nil, toConnect(errInvalid("process %s: cursor %d is negative", p.ID, m.GetSince()))
+	}
 	if m.GetMaxBytes() < 0 {
 		return nil, toConnect(errInvalid("max_bytes %d is negative", m.GetMaxBytes()))
 	}
