@@ -265,3 +265,32 @@ func procState(pid int) string {
 	}
 	return "?"
 }
+
+// A program in a terminal that closes it before it exits (GNU cat closes 0,
+// 1 and 2, then exits) ends with its own status: the agent hangs the
+// terminal up only after the exit, not when its read of the terminal ends,
+// which would send the program SIGHUP on its way out. The race lost about
+// one run in five before; 20 runs.
+func TestPTYClosedBeforeExit(t *testing.T) {
+	a := startAgent(t, boot.AgentConfig{})
+	ctx := t.Context()
+	for i := range 20 {
+		var id string
+		if _, err := a.cl.Exec(ctx, sandbox.ExecRequest{Argv: []string{"cat"}, Pty: &sandbox.PtySize{Rows: 24, Cols: 80}, Background: true, Timeout: time.Minute}, false,
+			func(ev sandbox.ExecEvent) error {
+				if ev.Started != nil {
+					id = ev.Started.ID
+				}
+				return nil
+			}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.cl.WriteStdin(ctx, id, []byte("x\n\x04"), false); err != nil { // a line, then ^D: end of input
+			t.Fatal(err)
+		}
+		st, err := a.cl.Wait(ctx, id, time.Minute)
+		if err != nil || st.Result == nil || st.Result.ExitCode != 0 || st.Result.Reason != sandbox.ReasonExited {
+			t.Fatalf("run %d: cat after ^D = %+v, %v; want exit 0", i, st.Result, err)
+		}
+	}
+}

@@ -498,21 +498,29 @@ func (c *Client) Glob(ctx context.Context, pattern, dir string, limit int) ([]st
 type GrepRequest struct {
 	Pattern    string
 	Path       string
-	Include    string
+	Include    string // base-name glob
 	IgnoreCase bool
 	Fixed      bool
-	Limit      int
+	// Limit bounds the matches: lines in content mode, files in the others.
+	Limit int
+	// Mode is "content" (the default: each matching line), "files" (the
+	// paths of the files with a match) or "count" (each such file and its
+	// number of matching lines).
+	Mode string
+	// Glob keeps the files whose path relative to Path matches it, with **
+	// for any number of directories: **/*.py, src/*.ts.
+	Glob string
 }
 
 func (c *Client) Grep(ctx context.Context, req GrepRequest) ([]sandbox.GrepMatch, bool, error) {
 	resp, err := c.agent.Grep(ctx, connect.NewRequest(&pb.GrepRequest{Pattern: req.Pattern, Path: req.Path, Include: req.Include,
-		IgnoreCase: req.IgnoreCase, Fixed: req.Fixed, Limit: int32(min(req.Limit, math.MaxInt32))}))
+		IgnoreCase: req.IgnoreCase, Fixed: req.Fixed, Limit: int32(min(req.Limit, math.MaxInt32)), Mode: req.Mode, Glob: req.Glob}))
 	if err != nil {
 		return nil, false, c.wrap("grep", err)
 	}
 	out := make([]sandbox.GrepMatch, 0, len(resp.Msg.GetMatches()))
 	for _, m := range resp.Msg.GetMatches() {
-		out = append(out, sandbox.GrepMatch{Path: m.GetPath(), Line: m.GetLine(), Text: m.GetText()})
+		out = append(out, sandbox.GrepMatch{Path: m.GetPath(), Line: m.GetLine(), Text: m.GetText(), Count: m.GetCount()})
 	}
 	return out, resp.Msg.GetTruncated(), nil
 }

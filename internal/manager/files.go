@@ -123,7 +123,7 @@ func (m *Manager) Grep(ctx context.Context, id sandbox.ID, req GrepRequest) (_ [
 	if err != nil {
 		return nil, false, err
 	}
-	out, truncated, err := c.Grep(ctx, agentclient.GrepRequest(req))
+	out, truncated, err := c.Grep(ctx, agentclient.GrepRequest{Pattern: req.Pattern, Path: req.Path, Include: req.Include, IgnoreCase: req.IgnoreCase, Fixed: req.Fixed, Limit: req.Limit})
 	return out, truncated, m.callErr(op, id, err)
 }
 

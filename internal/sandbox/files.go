@@ -27,9 +27,12 @@ type ReadResult struct {
 	EOF     bool
 }
 
-// GrepMatch is one matching line.
+// GrepMatch is one matching line (content mode), or one file with a match
+// (files and count modes).
 type GrepMatch struct {
 	Path string
-	Line int64
+	Line int64 // content mode: 1-based
 	Text string
+	// Count is, in count mode, the number of matching lines in the file.
+	Count int64
 }

@@ -1401,6 +1401,282 @@ func (x *SignalResponse) GetOutcome() string {
 	return ""
 }
 
+type ReadOutputRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The offset to read from: the cursor of the previous read, or 0 for the
+	// oldest output the log still holds. Past the end of the output is an error.
+	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	// How long to wait for output after since (or the process's end) when none
+	// is there yet; 0 answers at once. At most 50 s: the answer is then empty
+	// and alive still set, and the caller reads again.
+	WaitMs uint32 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// 0 means 1 MiB; more than 16 MiB reads 16 MiB.
+	MaxBytes int64 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Once output is there, keep collecting while each chunk follows the one
+	// before within linger_ms (bounded by wait_ms and max_bytes): an echo and
+	// the program's immediate answer come in one read, without a fixed delay.
+	LingerMs      uint32 `protobuf:"varint,5,opt,name=linger_ms,json=lingerMs,proto3" json:"linger_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadOutputRequest) Reset() {
+	*x = ReadOutputRequest{}
+	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadOutputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadOutputRequest) ProtoMessage() {}
+
+func (x *ReadOutputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadOutputRequest.ProtoReflect.Descriptor instead.
+func (*ReadOutputRequest) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReadOutputRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReadOutputRequest) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *ReadOutputRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *ReadOutputRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ReadOutputRequest) GetLingerMs() uint32 {
+	if x != nil {
+		return x.LingerMs
+	}
+	return 0
+}
+
+type ReadOutputResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Combined output (stdout and stderr in the order they came; a PTY's
+	// terminal output) from start to cursor.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The offset of data[0]. Greater than since when the log no longer holds
+	// what came between (it keeps the last output_log_bytes only): that many
+	// bytes were lost to this reader.
+	Start int64 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	// start + len(data): the since of the next read.
+	Cursor int64 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// False once the process exited and all its output is in the log: nothing
+	// comes after end.
+	Alive bool `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`
+	// Set once the process exited (alive false).
+	Result *ExecResult `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// How many bytes the process has written in all: the offset the next byte
+	// it writes will have. cursor < end when max_bytes cut the read short.
+	End           int64 `protobuf:"varint,6,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadOutputResponse) Reset() {
+	*x = ReadOutputResponse{}
+	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadOutputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadOutputResponse) ProtoMessage() {}
+
+func (x *ReadOutputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadOutputResponse.ProtoReflect.Descriptor instead.
+func (*ReadOutputResponse) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReadOutputResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadOutputResponse) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ReadOutputResponse) GetCursor() int64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *ReadOutputResponse) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *ReadOutputResponse) GetResult() *ExecResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ReadOutputResponse) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+type ResizeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,3,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeRequest) Reset() {
+	*x = ResizeRequest{}
+	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeRequest) ProtoMessage() {}
+
+func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
+func (*ResizeRequest) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResizeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResizeRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ResizeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeResponse) Reset() {
+	*x = ResizeResponse{}
+	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeResponse) ProtoMessage() {}
+
+func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
+func (*ResizeResponse) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{23}
+}
+
 type ReadFileRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1413,7 +1689,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	mi := &file_sbxagent_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1701,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[20]
+	mi := &file_sbxagent_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1714,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{20}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadFileRequest) GetPath() string {
@@ -1475,7 +1751,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	mi := &file_sbxagent_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1763,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[21]
+	mi := &file_sbxagent_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1776,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{21}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadFileResponse) GetPath() string {
@@ -1544,7 +1820,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	mi := &file_sbxagent_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1832,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[22]
+	mi := &file_sbxagent_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1845,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{22}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteFileRequest) GetPath() string {
@@ -1609,7 +1885,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	mi := &file_sbxagent_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1897,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[23]
+	mi := &file_sbxagent_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1910,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{23}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteFileResponse) GetEntry() *filesystem.EntryInfo {
@@ -1657,7 +1933,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[24]
+	mi := &file_sbxagent_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1945,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[24]
+	mi := &file_sbxagent_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1958,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{24}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GlobRequest) GetPattern() string {
@@ -1716,7 +1992,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[25]
+	mi := &file_sbxagent_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +2004,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[25]
+	mi := &file_sbxagent_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +2017,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{25}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GlobResponse) GetPaths() []string {
@@ -1765,17 +2041,27 @@ type GrepRequest struct {
 	// File or directory to search (recursively); empty means the workdir.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Only files whose base name matches this glob.
-	Include       string `protobuf:"bytes,3,opt,name=include,proto3" json:"include,omitempty"`
-	IgnoreCase    bool   `protobuf:"varint,4,opt,name=ignore_case,json=ignoreCase,proto3" json:"ignore_case,omitempty"`
-	Fixed         bool   `protobuf:"varint,5,opt,name=fixed,proto3" json:"fixed,omitempty"`
-	Limit         int32  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Include    string `protobuf:"bytes,3,opt,name=include,proto3" json:"include,omitempty"`
+	IgnoreCase bool   `protobuf:"varint,4,opt,name=ignore_case,json=ignoreCase,proto3" json:"ignore_case,omitempty"`
+	Fixed      bool   `protobuf:"varint,5,opt,name=fixed,proto3" json:"fixed,omitempty"`
+	// At most this many matches (lines in content mode, files in the others);
+	// 0 means 1000.
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// content (the default): each matching line; files: only the paths of
+	// files with a match; count: each such file with its number of matching
+	// lines.
+	Mode string `protobuf:"bytes,7,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Only files whose path relative to the search root matches this glob
+	// (*, ?, [...] within a name, ** for any number of directories), such as
+	// **/*.py or src/*.ts. Ignored, as include is, when path is a file.
+	Glob          string `protobuf:"bytes,8,opt,name=glob,proto3" json:"glob,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_sbxagent_agent_proto_msgTypes[26]
+	mi := &file_sbxagent_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +2073,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[26]
+	mi := &file_sbxagent_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +2086,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{26}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GrepRequest) GetPattern() string {
@@ -1845,18 +2131,35 @@ func (x *GrepRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *GrepRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *GrepRequest) GetGlob() string {
+	if x != nil {
+		return x.Glob
+	}
+	return ""
+}
+
 type GrepMatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Line          int64                  `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
-	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Content mode: the 1-based line number and the line (its first 1000 bytes).
+	Line int64  `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Count mode: the number of matching lines in the file.
+	Count         int64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_sbxagent_agent_proto_msgTypes[27]
+	mi := &file_sbxagent_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2171,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[27]
+	mi := &file_sbxagent_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2184,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{27}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -1905,6 +2208,13 @@ func (x *GrepMatch) GetText() string {
 	return ""
 }
 
+func (x *GrepMatch) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type GrepResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Matches       []*GrepMatch           `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
@@ -1915,7 +2225,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_sbxagent_agent_proto_msgTypes[28]
+	mi := &file_sbxagent_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2237,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sbxagent_agent_proto_msgTypes[28]
+	mi := &file_sbxagent_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2250,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_sbxagent_agent_proto_rawDescGZIP(), []int{28}
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -1955,6 +2265,441 @@ func (x *GrepResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+type ChangedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory to walk; empty means the workdir (/workspace).
+	Root string `protobuf:"bytes,1,opt,name=root,proto3" json:"root,omitempty"`
+	// Files whose mtime or ctime is at or after since are listed. File
+	// timestamps come from the kernel's coarse clock, which lags the real time
+	// by up to a jiffy (1 to 10 ms): to catch what a command writes, take since
+	// just before starting it and subtract a margin (20 ms will do), accepting
+	// that a file changed in that margin before the command is listed too.
+	// Required.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many paths; 0 means 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangedRequest) Reset() {
+	*x = ChangedRequest{}
+	mi := &file_sbxagent_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangedRequest) ProtoMessage() {}
+
+func (x *ChangedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangedRequest.ProtoReflect.Descriptor instead.
+func (*ChangedRequest) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ChangedRequest) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
+func (x *ChangedRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ChangedRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ChangedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absolute wire paths, sorted.
+	Paths []string `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	// The list is incomplete: limit cut it, the walk stopped at its bound on
+	// entries looked at (200 000), or a directory could not be read.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangedResponse) Reset() {
+	*x = ChangedResponse{}
+	mi := &file_sbxagent_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangedResponse) ProtoMessage() {}
+
+func (x *ChangedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangedResponse.ProtoReflect.Descriptor instead.
+func (*ChangedResponse) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ChangedResponse) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *ChangedResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type ReadLinesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The 0-based number of the first line to return.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// How many lines; 0 means 2000, at most 100 000.
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Longer lines are cut to this many characters; 0 means 2000.
+	MaxLineChars  int32 `protobuf:"varint,4,opt,name=max_line_chars,json=maxLineChars,proto3" json:"max_line_chars,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadLinesRequest) Reset() {
+	*x = ReadLinesRequest{}
+	mi := &file_sbxagent_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadLinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadLinesRequest) ProtoMessage() {}
+
+func (x *ReadLinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadLinesRequest.ProtoReflect.Descriptor instead.
+func (*ReadLinesRequest) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReadLinesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadLinesRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadLinesRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReadLinesRequest) GetMaxLineChars() int32 {
+	if x != nil {
+		return x.MaxLineChars
+	}
+	return 0
+}
+
+type ReadLinesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lines, without their line ends (\n or \r\n); invalid UTF-8 becomes U+FFFD.
+	Lines []string `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	// The 1-based number of lines[0] (offset + 1), for numbering as cat -n does.
+	FirstLine int64 `protobuf:"varint,2,opt,name=first_line,json=firstLine,proto3" json:"first_line,omitempty"`
+	// No line follows the last one returned.
+	Eof bool `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`
+	// How many of the lines were cut to max_line_chars.
+	CutLines int64 `protobuf:"varint,4,opt,name=cut_lines,json=cutLines,proto3" json:"cut_lines,omitempty"`
+	// The number of lines in the file once eof is reached; else -1.
+	TotalLines    int64 `protobuf:"varint,5,opt,name=total_lines,json=totalLines,proto3" json:"total_lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadLinesResponse) Reset() {
+	*x = ReadLinesResponse{}
+	mi := &file_sbxagent_agent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadLinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadLinesResponse) ProtoMessage() {}
+
+func (x *ReadLinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadLinesResponse.ProtoReflect.Descriptor instead.
+func (*ReadLinesResponse) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReadLinesResponse) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ReadLinesResponse) GetFirstLine() int64 {
+	if x != nil {
+		return x.FirstLine
+	}
+	return 0
+}
+
+func (x *ReadLinesResponse) GetEof() bool {
+	if x != nil {
+		return x.Eof
+	}
+	return false
+}
+
+func (x *ReadLinesResponse) GetCutLines() int64 {
+	if x != nil {
+		return x.CutLines
+	}
+	return 0
+}
+
+func (x *ReadLinesResponse) GetTotalLines() int64 {
+	if x != nil {
+		return x.TotalLines
+	}
+	return 0
+}
+
+type EditFileRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Path      string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	OldString string                 `protobuf:"bytes,2,opt,name=old_string,json=oldString,proto3" json:"old_string,omitempty"`
+	NewString string                 `protobuf:"bytes,3,opt,name=new_string,json=newString,proto3" json:"new_string,omitempty"`
+	// Replace every occurrence (exact, or whitespace- or indentation-insensitive);
+	// without it old_string must occur once. A fuzzy match is applied once.
+	ReplaceAll    bool `protobuf:"varint,4,opt,name=replace_all,json=replaceAll,proto3" json:"replace_all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EditFileRequest) Reset() {
+	*x = EditFileRequest{}
+	mi := &file_sbxagent_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EditFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EditFileRequest) ProtoMessage() {}
+
+func (x *EditFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EditFileRequest.ProtoReflect.Descriptor instead.
+func (*EditFileRequest) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *EditFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *EditFileRequest) GetOldString() string {
+	if x != nil {
+		return x.OldString
+	}
+	return ""
+}
+
+func (x *EditFileRequest) GetNewString() string {
+	if x != nil {
+		return x.NewString
+	}
+	return ""
+}
+
+func (x *EditFileRequest) GetReplaceAll() bool {
+	if x != nil {
+		return x.ReplaceAll
+	}
+	return false
+}
+
+type EditFileResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Replacements int32                  `protobuf:"varint,1,opt,name=replacements,proto3" json:"replacements,omitempty"`
+	// old_string was found as given.
+	Exact bool `protobuf:"varint,2,opt,name=exact,proto3" json:"exact,omitempty"`
+	// 1 for exact, whitespace and indentation matches; the similarity of the
+	// region replaced for a fuzzy one.
+	Score float64 `protobuf:"fixed64,3,opt,name=score,proto3" json:"score,omitempty"`
+	// The 1-based lines the first replacement occupies in the file as written
+	// (end_line is start_line when new_string has no line of its own).
+	StartLine int64 `protobuf:"varint,4,opt,name=start_line,json=startLine,proto3" json:"start_line,omitempty"`
+	EndLine   int64 `protobuf:"varint,5,opt,name=end_line,json=endLine,proto3" json:"end_line,omitempty"`
+	// exact | whitespace | indentation | fuzzy
+	Strategy      string `protobuf:"bytes,6,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EditFileResponse) Reset() {
+	*x = EditFileResponse{}
+	mi := &file_sbxagent_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EditFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EditFileResponse) ProtoMessage() {}
+
+func (x *EditFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sbxagent_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EditFileResponse.ProtoReflect.Descriptor instead.
+func (*EditFileResponse) Descriptor() ([]byte, []int) {
+	return file_sbxagent_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *EditFileResponse) GetReplacements() int32 {
+	if x != nil {
+		return x.Replacements
+	}
+	return 0
+}
+
+func (x *EditFileResponse) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
+func (x *EditFileResponse) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *EditFileResponse) GetStartLine() int64 {
+	if x != nil {
+		return x.StartLine
+	}
+	return 0
+}
+
+func (x *EditFileResponse) GetEndLine() int64 {
+	if x != nil {
+		return x.EndLine
+	}
+	return 0
+}
+
+func (x *EditFileResponse) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
 }
 
 var File_sbxagent_agent_proto protoreflect.FileDescriptor
@@ -2061,7 +2806,25 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal\"*\n" +
 	"\x0eSignalResponse\x12\x18\n" +
-	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"S\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"\x8c\x01\n" +
+	"\x11ReadOutputRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x03R\bmaxBytes\x12\x1b\n" +
+	"\tlinger_ms\x18\x05 \x01(\rR\blingerMs\"\xac\x01\n" +
+	"\x12ReadOutputResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\x03R\x06cursor\x12\x14\n" +
+	"\x05alive\x18\x04 \x01(\bR\x05alive\x12,\n" +
+	"\x06result\x18\x05 \x01(\v2\x14.sbxagent.ExecResultR\x06result\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\x03R\x03end\"G\n" +
+	"\rResizeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x10\n" +
+	"\x0eResizeResponse\"S\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
@@ -2084,7 +2847,7 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"B\n" +
 	"\fGlobResponse\x12\x14\n" +
 	"\x05paths\x18\x01 \x03(\tR\x05paths\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xa2\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xca\x01\n" +
 	"\vGrepRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -2092,18 +2855,57 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\vignore_case\x18\x04 \x01(\bR\n" +
 	"ignoreCase\x12\x14\n" +
 	"\x05fixed\x18\x05 \x01(\bR\x05fixed\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\x05R\x05limit\"G\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x12\n" +
+	"\x04mode\x18\a \x01(\tR\x04mode\x12\x12\n" +
+	"\x04glob\x18\b \x01(\tR\x04glob\"]\n" +
 	"\tGrepMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04line\x18\x02 \x01(\x03R\x04line\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"[\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"[\n" +
 	"\fGrepResponse\x12-\n" +
 	"\amatches\x18\x01 \x03(\v2\x13.sbxagent.GrepMatchR\amatches\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated*F\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"l\n" +
+	"\x0eChangedRequest\x12\x12\n" +
+	"\x04root\x18\x01 \x01(\tR\x04root\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"E\n" +
+	"\x0fChangedResponse\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"z\n" +
+	"\x10ReadLinesRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12$\n" +
+	"\x0emax_line_chars\x18\x04 \x01(\x05R\fmaxLineChars\"\x98\x01\n" +
+	"\x11ReadLinesResponse\x12\x14\n" +
+	"\x05lines\x18\x01 \x03(\tR\x05lines\x12\x1d\n" +
+	"\n" +
+	"first_line\x18\x02 \x01(\x03R\tfirstLine\x12\x10\n" +
+	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x1b\n" +
+	"\tcut_lines\x18\x04 \x01(\x03R\bcutLines\x12\x1f\n" +
+	"\vtotal_lines\x18\x05 \x01(\x03R\n" +
+	"totalLines\"\x84\x01\n" +
+	"\x0fEditFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"old_string\x18\x02 \x01(\tR\toldString\x12\x1d\n" +
+	"\n" +
+	"new_string\x18\x03 \x01(\tR\tnewString\x12\x1f\n" +
+	"\vreplace_all\x18\x04 \x01(\bR\n" +
+	"replaceAll\"\xb8\x01\n" +
+	"\x10EditFileResponse\x12\"\n" +
+	"\freplacements\x18\x01 \x01(\x05R\freplacements\x12\x14\n" +
+	"\x05exact\x18\x02 \x01(\bR\x05exact\x12\x14\n" +
+	"\x05score\x18\x03 \x01(\x01R\x05score\x12\x1d\n" +
+	"\n" +
+	"start_line\x18\x04 \x01(\x03R\tstartLine\x12\x19\n" +
+	"\bend_line\x18\x05 \x01(\x03R\aendLine\x12\x1a\n" +
+	"\bstrategy\x18\x06 \x01(\tR\bstrategy*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\xff\x05\n" +
+	"\rSTREAM_STDERR\x10\x022\xce\b\n" +
 	"\x05Agent\x12;\n" +
 	"\x06Health\x12\x17.sbxagent.HealthRequest\x1a\x18.sbxagent.HealthResponse\x124\n" +
 	"\x04Exec\x12\x15.sbxagent.ExecRequest\x1a\x13.sbxagent.ExecEvent0\x01\x128\n" +
@@ -2114,11 +2916,17 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\rListProcesses\x12\x1e.sbxagent.ListProcessesRequest\x1a\x1f.sbxagent.ListProcessesResponse\x12G\n" +
 	"\n" +
 	"WriteStdin\x12\x1b.sbxagent.WriteStdinRequest\x1a\x1c.sbxagent.WriteStdinResponse\x12;\n" +
-	"\x06Signal\x12\x17.sbxagent.SignalRequest\x1a\x18.sbxagent.SignalResponse\x12A\n" +
+	"\x06Signal\x12\x17.sbxagent.SignalRequest\x1a\x18.sbxagent.SignalResponse\x12G\n" +
+	"\n" +
+	"ReadOutput\x12\x1b.sbxagent.ReadOutputRequest\x1a\x1c.sbxagent.ReadOutputResponse\x12;\n" +
+	"\x06Resize\x12\x17.sbxagent.ResizeRequest\x1a\x18.sbxagent.ResizeResponse\x12A\n" +
 	"\bReadFile\x12\x19.sbxagent.ReadFileRequest\x1a\x1a.sbxagent.ReadFileResponse\x12D\n" +
 	"\tWriteFile\x12\x1a.sbxagent.WriteFileRequest\x1a\x1b.sbxagent.WriteFileResponse\x125\n" +
 	"\x04Glob\x12\x15.sbxagent.GlobRequest\x1a\x16.sbxagent.GlobResponse\x125\n" +
-	"\x04Grep\x12\x15.sbxagent.GrepRequest\x1a\x16.sbxagent.GrepResponseB!Z\x1fsbx/api/agent/sbxagent;sbxagentb\x06proto3"
+	"\x04Grep\x12\x15.sbxagent.GrepRequest\x1a\x16.sbxagent.GrepResponse\x12>\n" +
+	"\aChanged\x12\x18.sbxagent.ChangedRequest\x1a\x19.sbxagent.ChangedResponse\x12D\n" +
+	"\tReadLines\x12\x1a.sbxagent.ReadLinesRequest\x1a\x1b.sbxagent.ReadLinesResponse\x12A\n" +
+	"\bEditFile\x12\x19.sbxagent.EditFileRequest\x1a\x1a.sbxagent.EditFileResponseB!Z\x1fsbx/api/agent/sbxagent;sbxagentb\x06proto3"
 
 var (
 	file_sbxagent_agent_proto_rawDescOnce sync.Once
@@ -2133,7 +2941,7 @@ func file_sbxagent_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_sbxagent_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sbxagent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_sbxagent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_sbxagent_agent_proto_goTypes = []any{
 	(Stream)(0),                   // 0: sbxagent.Stream
 	(*HealthRequest)(nil),         // 1: sbxagent.HealthRequest
@@ -2156,21 +2964,31 @@ var file_sbxagent_agent_proto_goTypes = []any{
 	(*WriteStdinResponse)(nil),    // 18: sbxagent.WriteStdinResponse
 	(*SignalRequest)(nil),         // 19: sbxagent.SignalRequest
 	(*SignalResponse)(nil),        // 20: sbxagent.SignalResponse
-	(*ReadFileRequest)(nil),       // 21: sbxagent.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 22: sbxagent.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 23: sbxagent.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 24: sbxagent.WriteFileResponse
-	(*GlobRequest)(nil),           // 25: sbxagent.GlobRequest
-	(*GlobResponse)(nil),          // 26: sbxagent.GlobResponse
-	(*GrepRequest)(nil),           // 27: sbxagent.GrepRequest
-	(*GrepMatch)(nil),             // 28: sbxagent.GrepMatch
-	(*GrepResponse)(nil),          // 29: sbxagent.GrepResponse
-	nil,                           // 30: sbxagent.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*filesystem.EntryInfo)(nil),  // 32: filesystem.EntryInfo
+	(*ReadOutputRequest)(nil),     // 21: sbxagent.ReadOutputRequest
+	(*ReadOutputResponse)(nil),    // 22: sbxagent.ReadOutputResponse
+	(*ResizeRequest)(nil),         // 23: sbxagent.ResizeRequest
+	(*ResizeResponse)(nil),        // 24: sbxagent.ResizeResponse
+	(*ReadFileRequest)(nil),       // 25: sbxagent.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 26: sbxagent.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 27: sbxagent.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 28: sbxagent.WriteFileResponse
+	(*GlobRequest)(nil),           // 29: sbxagent.GlobRequest
+	(*GlobResponse)(nil),          // 30: sbxagent.GlobResponse
+	(*GrepRequest)(nil),           // 31: sbxagent.GrepRequest
+	(*GrepMatch)(nil),             // 32: sbxagent.GrepMatch
+	(*GrepResponse)(nil),          // 33: sbxagent.GrepResponse
+	(*ChangedRequest)(nil),        // 34: sbxagent.ChangedRequest
+	(*ChangedResponse)(nil),       // 35: sbxagent.ChangedResponse
+	(*ReadLinesRequest)(nil),      // 36: sbxagent.ReadLinesRequest
+	(*ReadLinesResponse)(nil),     // 37: sbxagent.ReadLinesResponse
+	(*EditFileRequest)(nil),       // 38: sbxagent.EditFileRequest
+	(*EditFileResponse)(nil),      // 39: sbxagent.EditFileResponse
+	nil,                           // 40: sbxagent.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*filesystem.EntryInfo)(nil),  // 42: filesystem.EntryInfo
 }
 var file_sbxagent_agent_proto_depIdxs = []int32{
-	30, // 0: sbxagent.ExecRequest.env:type_name -> sbxagent.ExecRequest.EnvEntry
+	40, // 0: sbxagent.ExecRequest.env:type_name -> sbxagent.ExecRequest.EnvEntry
 	3,  // 1: sbxagent.ExecRequest.pty:type_name -> sbxagent.PtySize
 	7,  // 2: sbxagent.ExecEvent.started:type_name -> sbxagent.Started
 	8,  // 3: sbxagent.ExecEvent.output:type_name -> sbxagent.Output
@@ -2180,39 +2998,51 @@ var file_sbxagent_agent_proto_depIdxs = []int32{
 	0,  // 7: sbxagent.Dropped.stream:type_name -> sbxagent.Stream
 	0,  // 8: sbxagent.Output.stream:type_name -> sbxagent.Stream
 	16, // 9: sbxagent.ListProcessesResponse.processes:type_name -> sbxagent.ProcessStatus
-	31, // 10: sbxagent.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	41, // 10: sbxagent.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
 	10, // 11: sbxagent.ProcessStatus.result:type_name -> sbxagent.ExecResult
-	32, // 12: sbxagent.WriteFileResponse.entry:type_name -> filesystem.EntryInfo
-	28, // 13: sbxagent.GrepResponse.matches:type_name -> sbxagent.GrepMatch
-	1,  // 14: sbxagent.Agent.Health:input_type -> sbxagent.HealthRequest
-	4,  // 15: sbxagent.Agent.Exec:input_type -> sbxagent.ExecRequest
-	11, // 16: sbxagent.Agent.Attach:input_type -> sbxagent.AttachRequest
-	12, // 17: sbxagent.Agent.Wait:input_type -> sbxagent.WaitRequest
-	13, // 18: sbxagent.Agent.GetProcess:input_type -> sbxagent.GetProcessRequest
-	14, // 19: sbxagent.Agent.ListProcesses:input_type -> sbxagent.ListProcessesRequest
-	17, // 20: sbxagent.Agent.WriteStdin:input_type -> sbxagent.WriteStdinRequest
-	19, // 21: sbxagent.Agent.Signal:input_type -> sbxagent.SignalRequest
-	21, // 22: sbxagent.Agent.ReadFile:input_type -> sbxagent.ReadFileRequest
-	23, // 23: sbxagent.Agent.WriteFile:input_type -> sbxagent.WriteFileRequest
-	25, // 24: sbxagent.Agent.Glob:input_type -> sbxagent.GlobRequest
-	27, // 25: sbxagent.Agent.Grep:input_type -> sbxagent.GrepRequest
-	2,  // 26: sbxagent.Agent.Health:output_type -> sbxagent.HealthResponse
-	5,  // 27: sbxagent.Agent.Exec:output_type -> sbxagent.ExecEvent
-	5,  // 28: sbxagent.Agent.Attach:output_type -> sbxagent.ExecEvent
-	16, // 29: sbxagent.Agent.Wait:output_type -> sbxagent.ProcessStatus
-	16, // 30: sbxagent.Agent.GetProcess:output_type -> sbxagent.ProcessStatus
-	15, // 31: sbxagent.Agent.ListProcesses:output_type -> sbxagent.ListProcessesResponse
-	18, // 32: sbxagent.Agent.WriteStdin:output_type -> sbxagent.WriteStdinResponse
-	20, // 33: sbxagent.Agent.Signal:output_type -> sbxagent.SignalResponse
-	22, // 34: sbxagent.Agent.ReadFile:output_type -> sbxagent.ReadFileResponse
-	24, // 35: sbxagent.Agent.WriteFile:output_type -> sbxagent.WriteFileResponse
-	26, // 36: sbxagent.Agent.Glob:output_type -> sbxagent.GlobResponse
-	29, // 37: sbxagent.Agent.Grep:output_type -> sbxagent.GrepResponse
-	26, // [26:38] is the sub-list for method output_type
-	14, // [14:26] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	10, // 12: sbxagent.ReadOutputResponse.result:type_name -> sbxagent.ExecResult
+	42, // 13: sbxagent.WriteFileResponse.entry:type_name -> filesystem.EntryInfo
+	32, // 14: sbxagent.GrepResponse.matches:type_name -> sbxagent.GrepMatch
+	41, // 15: sbxagent.ChangedRequest.since:type_name -> google.protobuf.Timestamp
+	1,  // 16: sbxagent.Agent.Health:input_type -> sbxagent.HealthRequest
+	4,  // 17: sbxagent.Agent.Exec:input_type -> sbxagent.ExecRequest
+	11, // 18: sbxagent.Agent.Attach:input_type -> sbxagent.AttachRequest
+	12, // 19: sbxagent.Agent.Wait:input_type -> sbxagent.WaitRequest
+	13, // 20: sbxagent.Agent.GetProcess:input_type -> sbxagent.GetProcessRequest
+	14, // 21: sbxagent.Agent.ListProcesses:input_type -> sbxagent.ListProcessesRequest
+	17, // 22: sbxagent.Agent.WriteStdin:input_type -> sbxagent.WriteStdinRequest
+	19, // 23: sbxagent.Agent.Signal:input_type -> sbxagent.SignalRequest
+	21, // 24: sbxagent.Agent.ReadOutput:input_type -> sbxagent.ReadOutputRequest
+	23, // 25: sbxagent.Agent.Resize:input_type -> sbxagent.ResizeRequest
+	25, // 26: sbxagent.Agent.ReadFile:input_type -> sbxagent.ReadFileRequest
+	27, // 27: sbxagent.Agent.WriteFile:input_type -> sbxagent.WriteFileRequest
+	29, // 28: sbxagent.Agent.Glob:input_type -> sbxagent.GlobRequest
+	31, // 29: sbxagent.Agent.Grep:input_type -> sbxagent.GrepRequest
+	34, // 30: sbxagent.Agent.Changed:input_type -> sbxagent.ChangedRequest
+	36, // 31: sbxagent.Agent.ReadLines:input_type -> sbxagent.ReadLinesRequest
+	38, // 32: sbxagent.Agent.EditFile:input_type -> sbxagent.EditFileRequest
+	2,  // 33: sbxagent.Agent.Health:output_type -> sbxagent.HealthResponse
+	5,  // 34: sbxagent.Agent.Exec:output_type -> sbxagent.ExecEvent
+	5,  // 35: sbxagent.Agent.Attach:output_type -> sbxagent.ExecEvent
+	16, // 36: sbxagent.Agent.Wait:output_type -> sbxagent.ProcessStatus
+	16, // 37: sbxagent.Agent.GetProcess:output_type -> sbxagent.ProcessStatus
+	15, // 38: sbxagent.Agent.ListProcesses:output_type -> sbxagent.ListProcessesResponse
+	18, // 39: sbxagent.Agent.WriteStdin:output_type -> sbxagent.WriteStdinResponse
+	20, // 40: sbxagent.Agent.Signal:output_type -> sbxagent.SignalResponse
+	22, // 41: sbxagent.Agent.ReadOutput:output_type -> sbxagent.ReadOutputResponse
+	24, // 42: sbxagent.Agent.Resize:output_type -> sbxagent.ResizeResponse
+	26, // 43: sbxagent.Agent.ReadFile:output_type -> sbxagent.ReadFileResponse
+	28, // 44: sbxagent.Agent.WriteFile:output_type -> sbxagent.WriteFileResponse
+	30, // 45: sbxagent.Agent.Glob:output_type -> sbxagent.GlobResponse
+	33, // 46: sbxagent.Agent.Grep:output_type -> sbxagent.GrepResponse
+	35, // 47: sbxagent.Agent.Changed:output_type -> sbxagent.ChangedResponse
+	37, // 48: sbxagent.Agent.ReadLines:output_type -> sbxagent.ReadLinesResponse
+	39, // 49: sbxagent.Agent.EditFile:output_type -> sbxagent.EditFileResponse
+	33, // [33:50] is the sub-list for method output_type
+	16, // [16:33] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_sbxagent_agent_proto_init() }
@@ -2233,7 +3063,7 @@ func file_sbxagent_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sbxagent_agent_proto_rawDesc), len(file_sbxagent_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,6 +19,9 @@ const (
 	Denied
 	NoSpace
 	TooLarge // a cap was hit (archive bytes, entries, depth, name length)
+	// Precondition: the path is not what the operation works on (a binary
+	// file given to a text operation).
+	Precondition
 )
 
 // Error is a failed file operation, with a message written for the caller: it

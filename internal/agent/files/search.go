@@ -1,4 +1,6 @@
-// This file implements Glob and Grep over the tree.
+// This file implements Glob and Grep over the tree: one walk in path order
+// (walk.go), and for Grep a few workers reading and searching the files it
+// finds while it goes on, their results taken in the walk's order.
 
 package files
 
@@ -10,10 +12,15 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Search bounds.
@@ -33,16 +40,16 @@ func sortEntries(ents []fs.DirEntry) {
 }
 
 // Glob returns the wire paths under dir matching pattern (*, ?, [...] within a
-// name; ** for any number of directories), sorted, at most limit of them.
+// name; ** for any number of directories), sorted, at most limit of them. A
+// ** enters directories only, not symlinks to them; a named segment follows
+// a symlink.
 func (f *FS) Glob(pattern, dir string, limit int) ([]string, bool, error) {
 	if limit <= 0 {
 		limit = DefaultSearchLimit
 	}
-	if pattern == "" {
-		return nil, false, errorf(Invalid, "pattern is empty")
-	}
-	if strings.IndexByte(pattern, 0) >= 0 || len(pattern) > MaxPath {
-		return nil, false, errorf(Invalid, "pattern is not a valid glob")
+	g, err := compilePathGlob(pattern)
+	if err != nil {
+		return nil, false, err
 	}
 	base, err := f.Clean(dir)
 	if err != nil {
@@ -51,115 +58,100 @@ func (f *FS) Glob(pattern, dir string, limit int) ([]string, bool, error) {
 	if strings.HasPrefix(pattern, "/") {
 		base = "/"
 	}
-	segs := strings.Split(strings.Trim(path.Clean("/"+pattern), "/"), "/")
-	for _, s := range segs {
-		if _, err := path.Match(s, ""); err != nil {
-			return nil, false, errorf(Invalid, "pattern %q: %v", pattern, err)
+	// Leading names without wildcards are looked up, not searched for.
+	i := 0
+	for ; i < len(g.segs) && g.lit[i]; i++ {
+		base = join(base, g.segs[i])
+	}
+	g.segs, g.lit = g.segs[i:], g.lit[i:]
+	if len(g.segs) == 0 {
+		if _, err := f.lstat(base); err != nil {
+			return nil, false, nil
 		}
+		return []string{base}, false, nil
 	}
-	g := globber{f: f, limit: limit}
-	g.walk(base, segs)
-	slices.Sort(g.out)
-	g.out = slices.Compact(g.out)
-	truncated := g.truncated
-	if len(g.out) > limit {
-		g.out, truncated = g.out[:limit], true
-	}
-	return g.out, truncated, nil
-}
-
-type globber struct {
-	f         *FS
-	limit     int
-	visited   int
-	out       []string
-	truncated bool
-}
-
-func (g *globber) stop() bool { return len(g.out) > g.limit*2 || g.truncated }
-
-func (g *globber) walk(dir string, segs []string) {
-	if g.stop() {
-		return
-	}
-	if len(segs) == 0 {
-		g.out = append(g.out, dir)
-		return
-	}
-	seg := segs[0]
-	if seg == "**" {
-		g.walk(dir, segs[1:])
-		ents, err := g.f.readDir(dir)
-		if err != nil {
-			return
-		}
-		for _, e := range ents {
-			if g.visit() && e.IsDir() {
-				g.walk(path.Join(dir, e.Name()), segs)
-			}
-		}
-		return
-	}
-	if !strings.ContainsAny(seg, "*?[\\") {
-		next := path.Join(dir, seg)
-		if _, err := g.f.lstat(next); err == nil {
-			g.walk(next, segs[1:])
-		}
-		return
-	}
-	ents, err := g.f.readDir(dir)
+	d, err := f.openDir(base)
 	if err != nil {
-		return
+		return nil, false, nil // nothing there to match
 	}
-	for _, e := range ents {
-		if !g.visit() {
-			return
-		}
-		if ok, _ := path.Match(seg, e.Name()); !ok {
-			continue
-		}
-		next := path.Join(dir, e.Name())
-		if len(segs) > 1 {
-			if st, err := g.f.stat(next); err != nil || !st.IsDir() {
-				continue
+	defer d.release()
+	var out []string
+	if g.matches(g.start()) {
+		out = append(out, base)
+	}
+	wk := walker[uint64]{
+		f: f,
+		visit: func(_ *dirHandle, dirW, name string, typ fs.FileMode, s uint64) (bool, descend, uint64) {
+			next, advanced := g.step(s, name)
+			switch {
+			case typ.IsDir() && g.live(next):
+				return g.matches(next), enter, next
+			case typ&fs.ModeSymlink != 0 && g.live(advanced):
+				if st, err := f.stat(join(dirW, name)); err == nil && st.IsDir() {
+					return g.matches(next), follow, advanced
+				}
 			}
-		}
-		g.walk(next, segs[1:])
+			return g.matches(next), skip, 0
+		},
+		emit: func(_ *dirHandle, dirW, name string, _ fs.FileMode) { out = append(out, join(dirW, name)) },
+		stop: func() bool { return len(out) > limit },
 	}
+	wk.dir(d, base, 0, g.start())
+	slices.Sort(out) // in order already, but for symlinks followed
+	out = slices.Compact(out)
+	truncated := wk.truncated
+	if len(out) > limit {
+		out, truncated = out[:limit], true
+	}
+	return out, truncated, nil
 }
 
-func (g *globber) visit() bool {
-	g.visited++
-	if g.visited > maxVisited {
-		g.truncated = true
-		return false
-	}
-	return true
-}
+// Grep modes.
+const (
+	GrepContent = "content" // each matching line
+	GrepFiles   = "files"   // the paths of the files with a match
+	GrepCount   = "count"   // each file with a match and its number of matching lines
+)
 
 // GrepRequest selects lines to find.
 type GrepRequest struct {
 	Pattern, Path, Include string
 	IgnoreCase, Fixed      bool
-	Limit                  int
+	// Limit bounds the matches: lines in content mode, files in the others.
+	Limit int
+	// Mode is GrepContent (when empty), GrepFiles or GrepCount.
+	Mode string
+	// Glob, when set, keeps the files whose path relative to Path matches
+	// it (see Glob for the syntax). Include keeps the files whose base name
+	// matches it. Neither applies when Path is a file.
+	Glob string
 }
 
-// Match is one matching line.
+// Match is one matching line (content mode), or one file with a match.
 type Match struct {
-	Path string
-	Line int64
-	Text string
+	Path  string
+	Line  int64 // content mode: 1-based
+	Text  string
+	Count int64 // count mode: the file's matching lines
 }
 
 // Grep finds the lines matching req.Pattern in the regular files under
-// req.Path, skipping binary files (a NUL in the first 8 KiB) and files over
-// 16 MiB.
+// req.Path, skipping binary files (a NUL in the first 8 KiB), files over
+// 16 MiB and symlinks. The walk stays in path order, so the matches come
+// sorted by path, then line, and a limit stops it early.
 func (f *FS) Grep(req GrepRequest) ([]Match, bool, error) {
 	if req.Limit <= 0 {
 		req.Limit = DefaultSearchLimit
 	}
 	if req.Pattern == "" {
 		return nil, false, errorf(Invalid, "pattern is empty")
+	}
+	switch req.Mode {
+	case "":
+		req.Mode = GrepContent
+	case GrepContent, GrepFiles, GrepCount:
+	default:
+		return nil, false, errorf(Invalid, "mode %q is not one of %s, %s, %s", req.Mode, GrepContent, GrepFiles, GrepCount)
 	}
 	expr := req.Pattern
 	if req.Fixed {
@@ -177,6 +169,12 @@ func (f *FS) Grep(req GrepRequest) ([]Match, bool, error) {
 			return nil, false, errorf(Invalid, "include %q: %v", req.Include, err)
 		}
 	}
+	var glob *pathGlob
+	if req.Glob != "" {
+		if glob, err = compilePathGlob(req.Glob); err != nil {
+			return nil, false, errorf(Invalid, "glob: %s", err.Error())
+		}
+	}
 	w, err := f.Clean(req.Path)
 	if err != nil {
 		return nil, false, err
@@ -185,88 +183,341 @@ func (f *FS) Grep(req GrepRequest) ([]Match, bool, error) {
 	if err != nil {
 		return nil, false, pathErr(w, err)
 	}
-	gr := grepper{f: f, re: re, req: req, deadline: time.Now().Add(grepMaxTime)}
-	if st.IsDir() {
-		gr.dir(w)
-	} else {
-		gr.file(w)
+	s := newGrepSearch(re, req.Mode, req.Limit)
+	if !st.IsDir() {
+		out, truncated := s.single(f, w)
+		return out, truncated, nil
 	}
-	return gr.out, gr.truncated, nil
-}
-
-type grepper struct {
-	f         *FS
-	re        *regexp.Regexp
-	req       GrepRequest
-	visited   int
-	out       []Match
-	truncated bool
-	buf       []byte
-	deadline  time.Time // past it the search stops, truncated
-}
-
-func (g *grepper) dir(w string) {
-	ents, err := g.f.readDir(w)
+	d, err := f.openDir(w)
 	if err != nil {
-		return
+		return nil, false, err
 	}
-	for _, e := range ents {
-		if g.truncated {
-			return
-		}
-		g.visited++
-		if g.visited > maxVisited || time.Now().After(g.deadline) {
-			g.truncated = true
-			return
-		}
-		next := path.Join(w, e.Name())
-		switch {
-		case e.IsDir():
-			g.dir(next)
-		case e.Type().IsRegular():
-			if g.req.Include != "" {
-				if ok, _ := path.Match(g.req.Include, e.Name()); !ok {
-					continue
-				}
-			}
-			g.file(next)
-		}
-	}
+	out, truncated := s.tree(f, d, w, glob, req.Include)
+	return out, truncated, nil
 }
 
-func (g *grepper) file(w string) {
-	fl, err := g.f.OpenFile(w, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// grepSearch is one grep's pattern and mode, shared by its workers.
+type grepSearch struct {
+	re *regexp.Regexp
+	// lit begins every match (the pattern's literal prefix): only lines
+	// holding it are matched against re, and files without it not at all.
+	lit   []byte
+	mode  string
+	limit int
+}
+
+func newGrepSearch(re *regexp.Regexp, mode string, limit int) *grepSearch {
+	s := &grepSearch{re: re, mode: mode, limit: limit}
+	if p, _ := re.LiteralPrefix(); p != "" {
+		s.lit = []byte(p)
+	}
+	return s
+}
+
+// fileResult is what one file gave: its matching lines (content mode, the
+// Path left empty), or their count.
+type fileResult struct {
+	matches []Match
+	count   int64
+}
+
+// grepWorkers is how many files are searched at once: more than one a CPU,
+// for a worker waits in open and read about as long as it searches.
+func grepWorkers() int { return min(max(4, 2*runtime.GOMAXPROCS(0)), 16) }
+
+// single searches the one file w.
+func (s *grepSearch) single(f *FS, w string) ([]Match, bool) {
+	fl, err := f.OpenFile(w, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return
+		return nil, false
 	}
 	defer fl.Close()
-	st, err := fl.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Size() > grepMaxFile {
-		return
+	var r fileResult
+	var buf []byte
+	control(fl, func(fd int) { r = s.scan(fd, &buf) })
+	out := s.collect(nil, w, r)
+	if len(out) > s.limit {
+		return out[:s.limit], true
 	}
-	if g.buf == nil {
-		g.buf = make([]byte, 8192)
+	return out, false
+}
+
+// control runs fn on f's descriptor without taking it out of the runtime's
+// poller (f.Fd would make it blocking).
+func control(f *os.File, fn func(fd int)) {
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { fn(int(fd)) })
 	}
-	n, _ := io.ReadFull(fl, g.buf)
-	if bytes.IndexByte(g.buf[:n], 0) >= 0 {
-		return
+}
+
+// collect appends what file w gave to out, as the mode reports it.
+func (s *grepSearch) collect(out []Match, w string, r fileResult) []Match {
+	switch {
+	case s.mode == GrepContent:
+		for _, m := range r.matches {
+			m.Path = w
+			out = append(out, m)
+		}
+	case r.count > 0 && s.mode == GrepCount:
+		out = append(out, Match{Path: w, Count: r.count})
+	case r.count > 0:
+		out = append(out, Match{Path: w})
 	}
-	sc := bufio.NewScanner(io.MultiReader(bytes.NewReader(g.buf[:n]), fl))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	var line int64
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if !g.re.Match(b) {
+	return out
+}
+
+// grepJob is a batch of files of one directory: the walk queues it twice,
+// to the workers and, in path order, to the collector, which waits for its
+// results. Batches, not files, keep the hand-offs between goroutines few.
+type grepJob struct {
+	d     *dirHandle // held until the files are open
+	dirW  string
+	names []string
+	res   chan []fileResult // one result per name, buffered: a worker never waits
+}
+
+// grepBatch is the most files one grepJob holds.
+const grepBatch = 64
+
+// tree searches the files below directory d (wire path w; tree releases
+// d): one walk queues them, grepWorkers search them, and the results are
+// taken in the walk's order until limit is passed.
+func (s *grepSearch) tree(f *FS, d *dirHandle, w string, glob *pathGlob, include string) ([]Match, bool) {
+	n := grepWorkers()
+	jobs := make(chan *grepJob, 2*n)
+	order := make(chan *grepJob, 8*n) // bounds the batches searched ahead of the collector
+	var stop atomic.Bool
+	var walkTruncated bool
+	go func() {
+		defer close(order)
+		defer close(jobs)
+		var cur *grepJob
+		flush := func() {
+			if cur != nil {
+				order <- cur
+				jobs <- cur
+				cur = nil
+			}
+		}
+		wk := walker[uint64]{
+			f:        f,
+			deadline: time.Now().Add(grepMaxTime),
+			stop:     stop.Load,
+			visit: func(_ *dirHandle, _, name string, typ fs.FileMode, st uint64) (bool, descend, uint64) {
+				next := st
+				if glob != nil {
+					next, _ = glob.step(st, name)
+				}
+				switch {
+				case typ.IsDir():
+					if glob == nil || glob.live(next) {
+						return false, enter, next
+					}
+				case typ.IsRegular():
+					return (include == "" || matchName(include, name)) && (glob == nil || glob.matches(next)), skip, 0
+				}
+				return false, skip, 0
+			},
+			emit: func(d *dirHandle, dirW, name string, _ fs.FileMode) {
+				if cur != nil && (cur.d != d || len(cur.names) == grepBatch) {
+					flush()
+				}
+				if cur == nil {
+					d.acquire()
+					cur = &grepJob{d: d, dirW: dirW, res: make(chan []fileResult, 1)}
+				}
+				cur.names = append(cur.names, name)
+			},
+		}
+		var start uint64
+		if glob != nil {
+			start = glob.start()
+		}
+		wk.dir(d, w, 0, start)
+		flush()
+		d.release()
+		walkTruncated = wk.truncated
+	}()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			var buf []byte
+			for j := range jobs {
+				j.res <- s.job(j, &buf, &stop)
+			}
+		})
+	}
+	var out []Match
+	truncated := false
+	for j := range order {
+		rs := <-j.res
+		for i, r := range rs {
+			if truncated {
+				break // draining what the walk queued before it saw stop
+			}
+			out = s.collect(out, join(j.dirW, j.names[i]), r)
+			if len(out) > s.limit {
+				out, truncated = out[:s.limit], true
+				stop.Store(true)
+			}
+		}
+	}
+	wg.Wait()
+	return out, truncated || walkTruncated
+}
+
+// job opens and searches the files of a batch, unless the search stopped.
+func (s *grepSearch) job(j *grepJob, buf *[]byte, stop *atomic.Bool) []fileResult {
+	defer j.d.release()
+	rs := make([]fileResult, len(j.names))
+	for i, name := range j.names {
+		if stop.Load() {
+			break
+		}
+		fd, err := openAt(j.d, name, os.O_RDONLY|unix.O_NONBLOCK)
+		if err != nil {
 			continue
 		}
-		if len(g.out) >= g.req.Limit {
-			g.truncated = true
-			return
+		rs[i] = s.scan(fd, buf)
+		unix.Close(fd)
+	}
+	return rs
+}
+
+// scan searches the open file fd, if it is a regular text file of at most
+// grepMaxFile bytes: read whole into *buf when it is small (most are), else
+// as a stream. Lines end at \n, a \r before it dropped, as bufio.ScanLines
+// has them.
+func (s *grepSearch) scan(fd int, buf *[]byte) fileResult {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > grepMaxFile {
+		return fileResult{}
+	}
+	if st.Size > grepWholeFile {
+		return s.scanStream(fd)
+	}
+	data, ok := readFD(fd, st.Size, buf)
+	if !ok || bytes.IndexByte(data[:min(len(data), binaryProbe)], 0) >= 0 {
+		return fileResult{}
+	}
+	var r fileResult
+	line := int64(1) // of data[pos]
+	for pos := 0; pos < len(data); {
+		if s.lit != nil { // on to the next line holding the literal
+			k := bytes.Index(data[pos:], s.lit)
+			if k < 0 {
+				break
+			}
+			if nl := bytes.LastIndexByte(data[pos:pos+k], '\n'); nl >= 0 {
+				line += int64(bytes.Count(data[pos:pos+nl+1], []byte{'\n'}))
+				pos += nl + 1
+			}
 		}
-		if len(b) > grepMaxText {
-			b = b[:grepMaxText]
+		end := len(data)
+		if k := bytes.IndexByte(data[pos:], '\n'); k >= 0 {
+			end = pos + k
 		}
-		g.out = append(g.out, Match{Path: w, Line: line, Text: strings.ToValidUTF8(string(b), "\uFFFD")})
+		if s.match(&r, line, trimEOL(data[pos:end])) {
+			return r
+		}
+		pos, line = end+1, line+1
+	}
+	return r
+}
+
+// Sizes for reading files: one of at most grepWholeFile bytes is read whole
+// into its worker's buffer; a larger one goes through a reader, each line
+// matched on its first grepMaxLine bytes. A worker holds little either way.
+const (
+	grepWholeFile = 256 << 10
+	grepMaxLine   = 1 << 20
+)
+
+// scanStream is scan for a large file, read line by line.
+func (s *grepSearch) scanStream(fd int) fileResult {
+	br := bufio.NewReaderSize(fdReader(fd), 64<<10)
+	if head, _ := br.Peek(binaryProbe); bytes.IndexByte(head, 0) >= 0 {
+		return fileResult{}
+	}
+	lr := lineReader{r: br, keep: grepMaxLine}
+	var r fileResult
+	for line := int64(1); ; line++ {
+		ln, _, err := lr.next(true)
+		if err != nil || s.match(&r, line, ln) {
+			return r
+		}
+	}
+}
+
+// fdReader reads a descriptor the caller owns.
+type fdReader int
+
+func (fd fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(fd), p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// match records line ln (number line) in r when it matches; it reports
+// whether the file needs no more looking at: its first match in files
+// mode, one past limit in content mode.
+func (s *grepSearch) match(r *fileResult, line int64, ln []byte) bool {
+	if !s.re.Match(ln) {
+		return false
+	}
+	r.count++
+	switch s.mode {
+	case GrepFiles:
+		return true
+	case GrepContent:
+		text := ln[:min(len(ln), grepMaxText)]
+		r.matches = append(r.matches, Match{Line: line, Text: strings.ToValidUTF8(string(text), "\uFFFD")})
+		return len(r.matches) > s.limit
+	}
+	return false
+}
+
+// readFD reads the file fd (size bytes by its fstat) whole into *buf, which
+// it grows; false when it could not, or the file grew past grepMaxFile. The
+// read that returns size bytes ends it (a read of size+1 is asked for, so a
+// file that grew is read on to its end): no read returning 0 is needed, a
+// system call saved per file.
+func readFD(fd int, size int64, buf *[]byte) ([]byte, bool) {
+	if int64(cap(*buf)) < size+1 {
+		*buf = make([]byte, size+1) // one more: a file that grew shows it
+	}
+	b := (*buf)[:cap(*buf)]
+	n := 0
+	for {
+		if n == len(b) {
+			if len(b) > grepMaxFile {
+				return nil, false
+			}
+			nb := make([]byte, min(2*len(b), grepMaxFile+1))
+			copy(nb, b)
+			*buf, b = nb, nb
+		}
+		k, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, false
+		}
+		if k == 0 {
+			return b[:n], true
+		}
+		if n += k; int64(n) == size {
+			return b[:n], true
+		}
 	}
 }

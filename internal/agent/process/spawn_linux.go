@@ -36,7 +36,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	p := &Proc{
 		Argv: s.Argv, Cwd: s.Cwd, Tag: s.Tag, PTY: s.PTY != nil, Envs: s.Envs,
-		t: t, done: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD), pids0: pidsMax(t.cfg.PidsFD),
+		t: t, done: make(chan struct{}), exit: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD), pids0: pidsMax(t.cfg.PidsFD),
 	}
 	limit := s.OutputLimitBytes
 	if limit <= 0 {
@@ -46,6 +46,9 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	p.out[1] = newCapture(limit, t.cfg.SpillLimitBytes)
 	if s.NoSpill {
 		p.out[0].spillFailed, p.out[1].spillFailed = true, true
+	}
+	if s.OutputLogBytes > 0 {
+		p.log = newOutputLog(min(s.OutputLogBytes, MaxOutputLog))
 	}
 	t.mu.Lock()
 	for p.ID == "" || t.procs[p.ID] != nil {
@@ -397,6 +400,13 @@ func (p *Proc) read(stream int, f *os.File) {
 		}
 	}
 	if p.PTY { // WriteStdin and Resize use it under stdinMu
+		// Closing the master hangs the terminal up: the kernel sends
+		// SIGHUP to the session. The read ends (EIO) once the process has
+		// closed its end of the terminal, which it may do before it exits
+		// (GNU cat closes 0, 1 and 2, then exits 0): closed at once, the
+		// master would kill it with SIGHUP on its way out. So it is
+		// closed once the exit status is in.
+		<-p.exit
 		p.stdinMu.Lock()
 		p.ptmx = nil
 		f.Close()

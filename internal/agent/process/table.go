@@ -162,6 +162,9 @@ type Spec struct {
 	// NoSpill keeps head and tail only, never the whole output in a file:
 	// for a process whose caller follows all its output as it comes.
 	NoSpill bool
+	// OutputLogBytes, when > 0, keeps the last this many bytes of the
+	// process's combined output for ReadOutput (at most MaxOutputLog).
+	OutputLogBytes int64
 	// Envs are the request's own variables, for envd's List.
 	Envs map[string]string
 }
@@ -204,6 +207,9 @@ type Proc struct {
 	oom0  int64
 	pids0 int64 // the sandbox's pids.events max count at start, or -1
 	done  chan struct{}
+	// exit is closed once the exit status is in (before done, which waits
+	// for the output too).
+	exit chan struct{}
 
 	stdinMu sync.Mutex
 	stdin   *os.File // guarded by stdinMu; nil once closed or when none
@@ -211,6 +217,7 @@ type Proc struct {
 
 	mu         sync.Mutex
 	out        [2]*capture // guarded by mu; nil once finished
+	log        *outputLog  // guarded by mu; nil when not asked for, kept after the exit
 	subs       map[*Sub]struct{}
 	status     *syscall.WaitStatus
 	exitedAt   time.Time
@@ -602,6 +609,9 @@ func (p *Proc) output(stream int, data []byte) (full []*Sub) {
 	if p.result != nil {
 		return nil // a descendant writes after the result was sealed
 	}
+	if p.log != nil {
+		p.log.write(data, time.Now())
+	}
 	c := p.out[stream-1]
 	c.write(data, func() (*os.File, string, error) {
 		suffix := ".stdout"
@@ -654,6 +664,7 @@ func (p *Proc) exited(ws syscall.WaitStatus) {
 		f.SetReadDeadline(time.Now().Add(drainGrace))
 	}
 	p.gone.Store(true)
+	close(p.exit)
 	p.pending--
 	if p.pending == 0 {
 		p.finishLocked()
@@ -722,6 +733,9 @@ func (p *Proc) seal(r *Result) {
 	p.out = [2]*capture{}
 	p.result = r
 	p.subs = nil
+	if p.log != nil {
+		p.log.close() // after the result is set: a reader woken now sees it
+	}
 	// The group goes back before anyone hears of the result, so the next
 	// process a caller starts can have it.
 	if p.group != nil {
@@ -729,7 +743,17 @@ func (p *Proc) seal(r *Result) {
 	}
 	close(p.done)
 	go p.CloseStdin() // not under p.mu: a write to stdin may be in progress
-	p.t.retire(p, int64(len(r.Stdout)+len(r.Stderr)))
+	p.t.retire(p, p.retainedBytes())
+}
+
+// retainedBytes is what an exited process holds in memory: its result's
+// output and its output log. Neither changes once the result is sealed.
+func (p *Proc) retainedBytes() int64 {
+	n := int64(len(p.result.Stdout) + len(p.result.Stderr))
+	if p.log != nil {
+		n += int64(len(p.log.buf))
+	}
+	return n
 }
 
 // retire keeps an exited process for Attach and Wait, evicting old ones.
@@ -745,7 +769,7 @@ func (t *Table) retire(p *Proc, size int64) {
 			break
 		}
 		t.exitedQ = t.exitedQ[1:]
-		t.retained -= int64(len(old.result.Stdout) + len(old.result.Stderr))
+		t.retained -= old.retainedBytes()
 		if t.procs[old.ID] == old {
 			delete(t.procs, old.ID)
 		}

@@ -44,7 +44,10 @@ func (a agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecRequ
 	m := req.Msg
 	spec := process.Spec{Argv: m.GetArgv(), Cwd: m.GetCwd(), Envs: m.GetEnv(), Stdin: len(m.GetStdin()) > 0 || m.GetKeepStdinOpen(),
 		Tag: m.GetTag(), Timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, OutputLimitBytes: m.GetOutputLimitBytes(),
-		NoSpill: m.GetStream() && !m.GetStreamBounded() && !m.GetBackground()}
+		NoSpill: m.GetStream() && !m.GetStreamBounded() && !m.GetBackground(), OutputLogBytes: m.GetOutputLogBytes()}
+	if n := m.GetOutputLogBytes(); n < 0 || n > process.MaxOutputLog {
+		return toConnect(errInvalid("output_log_bytes %d is not between 0 and %d", n, process.MaxOutputLog))
+	}
 	if m.GetPty() != nil {
 		spec.PTY = &process.Size{Cols: uint16(m.GetPty().GetCols()), Rows: uint16(m.GetPty().GetRows())}
 	}
@@ -233,13 +236,13 @@ func (a agentService) Glob(ctx context.Context, req *connect.Request[pb.GlobRequ
 func (a agentService) Grep(ctx context.Context, req *connect.Request[pb.GrepRequest]) (*connect.Response[pb.GrepResponse], error) {
 	m := req.Msg
 	matches, truncated, err := a.s.fs.Grep(files.GrepRequest{Pattern: m.GetPattern(), Path: m.GetPath(), Include: m.GetInclude(),
-		IgnoreCase: m.GetIgnoreCase(), Fixed: m.GetFixed(), Limit: int(m.GetLimit())})
+		IgnoreCase: m.GetIgnoreCase(), Fixed: m.GetFixed(), Limit: int(m.GetLimit()), Mode: m.GetMode(), Glob: m.GetGlob()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	resp := &pb.GrepResponse{Truncated: truncated}
+	resp := &pb.GrepResponse{Truncated: truncated, Matches: make([]*pb.GrepMatch, 0, len(matches))}
 	for _, mt := range matches {
-		resp.Matches = append(resp.Matches, &pb.GrepMatch{Path: validUTF8(mt.Path), Line: mt.Line, Text: mt.Text})
+		resp.Matches = append(resp.Matches, &pb.GrepMatch{Path: validUTF8(mt.Path), Line: mt.Line, Text: mt.Text, Count: mt.Count})
 	}
 	return connect.NewResponse(resp), nil
 }

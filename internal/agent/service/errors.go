@@ -26,6 +26,10 @@ func errNotFound(format string, args ...any) error {
 	return &svcError{connect.CodeNotFound, fmt.Sprintf(format, args...)}
 }
 
+func errPrecondition(format string, args ...any) error {
+	return &svcError{connect.CodeFailedPrecondition, fmt.Sprintf(format, args...)}
+}
+
 // toConnect is the only place an error becomes a Connect error.
 func toConnect(err error) error {
 	if err == nil {
@@ -41,6 +45,13 @@ func toConnect(err error) error {
 	}
 	if errors.Is(err, process.ErrStdinClosed) {
 		return connect.NewError(connect.CodeInternal, process.ErrStdinClosed)
+	}
+	if errors.Is(err, process.ErrNoOutputLog) {
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	var cur *process.CursorError
+	if errors.As(err, &cur) {
+		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	var fe *files.Error
 	if errors.As(err, &fe) {
@@ -63,6 +74,8 @@ func fileCode(k files.Kind) connect.Code {
 		return connect.CodeResourceExhausted
 	case files.TooLarge:
 		return connect.CodeOutOfRange
+	case files.Precondition:
+		return connect.CodeFailedPrecondition
 	}
 	return connect.CodeInternal
 }

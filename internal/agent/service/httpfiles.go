@@ -38,6 +38,8 @@ func (s *Server) httpError(w http.ResponseWriter, err error) {
 			status = http.StatusInsufficientStorage
 		case files.TooLarge:
 			status = http.StatusRequestEntityTooLarge
+		case files.Precondition:
+			status = http.StatusConflict
 		}
 	}
 	if status == http.StatusInternalServerError {

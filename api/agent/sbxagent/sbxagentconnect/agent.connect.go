@@ -53,6 +53,10 @@ const (
 	AgentWriteStdinProcedure = "/sbxagent.Agent/WriteStdin"
 	// AgentSignalProcedure is the fully-qualified name of the Agent's Signal RPC.
 	AgentSignalProcedure = "/sbxagent.Agent/Signal"
+	// AgentReadOutputProcedure is the fully-qualified name of the Agent's ReadOutput RPC.
+	AgentReadOutputProcedure = "/sbxagent.Agent/ReadOutput"
+	// AgentResizeProcedure is the fully-qualified name of the Agent's Resize RPC.
+	AgentResizeProcedure = "/sbxagent.Agent/Resize"
 	// AgentReadFileProcedure is the fully-qualified name of the Agent's ReadFile RPC.
 	AgentReadFileProcedure = "/sbxagent.Agent/ReadFile"
 	// AgentWriteFileProcedure is the fully-qualified name of the Agent's WriteFile RPC.
@@ -61,6 +65,12 @@ const (
 	AgentGlobProcedure = "/sbxagent.Agent/Glob"
 	// AgentGrepProcedure is the fully-qualified name of the Agent's Grep RPC.
 	AgentGrepProcedure = "/sbxagent.Agent/Grep"
+	// AgentChangedProcedure is the fully-qualified name of the Agent's Changed RPC.
+	AgentChangedProcedure = "/sbxagent.Agent/Changed"
+	// AgentReadLinesProcedure is the fully-qualified name of the Agent's ReadLines RPC.
+	AgentReadLinesProcedure = "/sbxagent.Agent/ReadLines"
+	// AgentEditFileProcedure is the fully-qualified name of the Agent's EditFile RPC.
+	AgentEditFileProcedure = "/sbxagent.Agent/EditFile"
 )
 
 // AgentClient is a client for the sbxagent.Agent service.
@@ -84,12 +94,25 @@ type AgentClient interface {
 	// setsid'd and double-forked descendants included; other signals go to its
 	// process group.
 	Signal(context.Context, *connect.Request[sbxagent.SignalRequest]) (*connect.Response[sbxagent.SignalResponse], error)
+	// ReadOutput reads a process's output log (see ExecRequest.output_log_bytes)
+	// by cursor: what came at offsets from since on, waiting up to wait_ms for
+	// it. For interactive PTY sessions: write stdin, then read the answer.
+	ReadOutput(context.Context, *connect.Request[sbxagent.ReadOutputRequest]) (*connect.Response[sbxagent.ReadOutputResponse], error)
+	// Resize changes the terminal size of a process started with a PTY.
+	Resize(context.Context, *connect.Request[sbxagent.ResizeRequest]) (*connect.Response[sbxagent.ResizeResponse], error)
 	// ReadFile reads up to limit bytes at offset (paging through large files).
 	ReadFile(context.Context, *connect.Request[sbxagent.ReadFileRequest]) (*connect.Response[sbxagent.ReadFileResponse], error)
 	// WriteFile writes a whole file (or appends), creating missing parents.
 	WriteFile(context.Context, *connect.Request[sbxagent.WriteFileRequest]) (*connect.Response[sbxagent.WriteFileResponse], error)
 	Glob(context.Context, *connect.Request[sbxagent.GlobRequest]) (*connect.Response[sbxagent.GlobResponse], error)
 	Grep(context.Context, *connect.Request[sbxagent.GrepRequest]) (*connect.Response[sbxagent.GrepResponse], error)
+	// Changed lists the regular files under a directory changed since a time.
+	Changed(context.Context, *connect.Request[sbxagent.ChangedRequest]) (*connect.Response[sbxagent.ChangedResponse], error)
+	// ReadLines reads a page of a text file by line number.
+	ReadLines(context.Context, *connect.Request[sbxagent.ReadLinesRequest]) (*connect.Response[sbxagent.ReadLinesResponse], error)
+	// EditFile replaces a string in a file, exactly or, failing that, in the
+	// one place that matches it closely enough.
+	EditFile(context.Context, *connect.Request[sbxagent.EditFileRequest]) (*connect.Response[sbxagent.EditFileResponse], error)
 }
 
 // NewAgentClient constructs a client for the sbxagent.Agent service. By default, it uses the
@@ -151,6 +174,18 @@ func NewAgentClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(agentMethods.ByName("Signal")),
 			connect.WithClientOptions(opts...),
 		),
+		readOutput: connect.NewClient[sbxagent.ReadOutputRequest, sbxagent.ReadOutputResponse](
+			httpClient,
+			baseURL+AgentReadOutputProcedure,
+			connect.WithSchema(agentMethods.ByName("ReadOutput")),
+			connect.WithClientOptions(opts...),
+		),
+		resize: connect.NewClient[sbxagent.ResizeRequest, sbxagent.ResizeResponse](
+			httpClient,
+			baseURL+AgentResizeProcedure,
+			connect.WithSchema(agentMethods.ByName("Resize")),
+			connect.WithClientOptions(opts...),
+		),
 		readFile: connect.NewClient[sbxagent.ReadFileRequest, sbxagent.ReadFileResponse](
 			httpClient,
 			baseURL+AgentReadFileProcedure,
@@ -175,6 +210,24 @@ func NewAgentClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(agentMethods.ByName("Grep")),
 			connect.WithClientOptions(opts...),
 		),
+		changed: connect.NewClient[sbxagent.ChangedRequest, sbxagent.ChangedResponse](
+			httpClient,
+			baseURL+AgentChangedProcedure,
+			connect.WithSchema(agentMethods.ByName("Changed")),
+			connect.WithClientOptions(opts...),
+		),
+		readLines: connect.NewClient[sbxagent.ReadLinesRequest, sbxagent.ReadLinesResponse](
+			httpClient,
+			baseURL+AgentReadLinesProcedure,
+			connect.WithSchema(agentMethods.ByName("ReadLines")),
+			connect.WithClientOptions(opts...),
+		),
+		editFile: connect.NewClient[sbxagent.EditFileRequest, sbxagent.EditFileResponse](
+			httpClient,
+			baseURL+AgentEditFileProcedure,
+			connect.WithSchema(agentMethods.ByName("EditFile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -188,10 +241,15 @@ type agentClient struct {
 	listProcesses *connect.Client[sbxagent.ListProcessesRequest, sbxagent.ListProcessesResponse]
 	writeStdin    *connect.Client[sbxagent.WriteStdinRequest, sbxagent.WriteStdinResponse]
 	signal        *connect.Client[sbxagent.SignalRequest, sbxagent.SignalResponse]
+	readOutput    *connect.Client[sbxagent.ReadOutputRequest, sbxagent.ReadOutputResponse]
+	resize        *connect.Client[sbxagent.ResizeRequest, sbxagent.ResizeResponse]
 	readFile      *connect.Client[sbxagent.ReadFileRequest, sbxagent.ReadFileResponse]
 	writeFile     *connect.Client[sbxagent.WriteFileRequest, sbxagent.WriteFileResponse]
 	glob          *connect.Client[sbxagent.GlobRequest, sbxagent.GlobResponse]
 	grep          *connect.Client[sbxagent.GrepRequest, sbxagent.GrepResponse]
+	changed       *connect.Client[sbxagent.ChangedRequest, sbxagent.ChangedResponse]
+	readLines     *connect.Client[sbxagent.ReadLinesRequest, sbxagent.ReadLinesResponse]
+	editFile      *connect.Client[sbxagent.EditFileRequest, sbxagent.EditFileResponse]
 }
 
 // Health calls sbxagent.Agent.Health.
@@ -234,6 +292,16 @@ func (c *agentClient) Signal(ctx context.Context, req *connect.Request[sbxagent.
 	return c.signal.CallUnary(ctx, req)
 }
 
+// ReadOutput calls sbxagent.Agent.ReadOutput.
+func (c *agentClient) ReadOutput(ctx context.Context, req *connect.Request[sbxagent.ReadOutputRequest]) (*connect.Response[sbxagent.ReadOutputResponse], error) {
+	return c.readOutput.CallUnary(ctx, req)
+}
+
+// Resize calls sbxagent.Agent.Resize.
+func (c *agentClient) Resize(ctx context.Context, req *connect.Request[sbxagent.ResizeRequest]) (*connect.Response[sbxagent.ResizeResponse], error) {
+	return c.resize.CallUnary(ctx, req)
+}
+
 // ReadFile calls sbxagent.Agent.ReadFile.
 func (c *agentClient) ReadFile(ctx context.Context, req *connect.Request[sbxagent.ReadFileRequest]) (*connect.Response[sbxagent.ReadFileResponse], error) {
 	return c.readFile.CallUnary(ctx, req)
@@ -252,6 +320,21 @@ func (c *agentClient) Glob(ctx context.Context, req *connect.Request[sbxagent.Gl
 // Grep calls sbxagent.Agent.Grep.
 func (c *agentClient) Grep(ctx context.Context, req *connect.Request[sbxagent.GrepRequest]) (*connect.Response[sbxagent.GrepResponse], error) {
 	return c.grep.CallUnary(ctx, req)
+}
+
+// Changed calls sbxagent.Agent.Changed.
+func (c *agentClient) Changed(ctx context.Context, req *connect.Request[sbxagent.ChangedRequest]) (*connect.Response[sbxagent.ChangedResponse], error) {
+	return c.changed.CallUnary(ctx, req)
+}
+
+// ReadLines calls sbxagent.Agent.ReadLines.
+func (c *agentClient) ReadLines(ctx context.Context, req *connect.Request[sbxagent.ReadLinesRequest]) (*connect.Response[sbxagent.ReadLinesResponse], error) {
+	return c.readLines.CallUnary(ctx, req)
+}
+
+// EditFile calls sbxagent.Agent.EditFile.
+func (c *agentClient) EditFile(ctx context.Context, req *connect.Request[sbxagent.EditFileRequest]) (*connect.Response[sbxagent.EditFileResponse], error) {
+	return c.editFile.CallUnary(ctx, req)
 }
 
 // AgentHandler is an implementation of the sbxagent.Agent service.
@@ -275,12 +358,25 @@ type AgentHandler interface {
 	// setsid'd and double-forked descendants included; other signals go to its
 	// process group.
 	Signal(context.Context, *connect.Request[sbxagent.SignalRequest]) (*connect.Response[sbxagent.SignalResponse], error)
+	// ReadOutput reads a process's output log (see ExecRequest.output_log_bytes)
+	// by cursor: what came at offsets from since on, waiting up to wait_ms for
+	// it. For interactive PTY sessions: write stdin, then read the answer.
+	ReadOutput(context.Context, *connect.Request[sbxagent.ReadOutputRequest]) (*connect.Response[sbxagent.ReadOutputResponse], error)
+	// Resize changes the terminal size of a process started with a PTY.
+	Resize(context.Context, *connect.Request[sbxagent.ResizeRequest]) (*connect.Response[sbxagent.ResizeResponse], error)
 	// ReadFile reads up to limit bytes at offset (paging through large files).
 	ReadFile(context.Context, *connect.Request[sbxagent.ReadFileRequest]) (*connect.Response[sbxagent.ReadFileResponse], error)
 	// WriteFile writes a whole file (or appends), creating missing parents.
 	WriteFile(context.Context, *connect.Request[sbxagent.WriteFileRequest]) (*connect.Response[sbxagent.WriteFileResponse], error)
 	Glob(context.Context, *connect.Request[sbxagent.GlobRequest]) (*connect.Response[sbxagent.GlobResponse], error)
 	Grep(context.Context, *connect.Request[sbxagent.GrepRequest]) (*connect.Response[sbxagent.GrepResponse], error)
+	// Changed lists the regular files under a directory changed since a time.
+	Changed(context.Context, *connect.Request[sbxagent.ChangedRequest]) (*connect.Response[sbxagent.ChangedResponse], error)
+	// ReadLines reads a page of a text file by line number.
+	ReadLines(context.Context, *connect.Request[sbxagent.ReadLinesRequest]) (*connect.Response[sbxagent.ReadLinesResponse], error)
+	// EditFile replaces a string in a file, exactly or, failing that, in the
+	// one place that matches it closely enough.
+	EditFile(context.Context, *connect.Request[sbxagent.EditFileRequest]) (*connect.Response[sbxagent.EditFileResponse], error)
 }
 
 // NewAgentHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -338,6 +434,18 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(agentMethods.ByName("Signal")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentReadOutputHandler := connect.NewUnaryHandler(
+		AgentReadOutputProcedure,
+		svc.ReadOutput,
+		connect.WithSchema(agentMethods.ByName("ReadOutput")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentResizeHandler := connect.NewUnaryHandler(
+		AgentResizeProcedure,
+		svc.Resize,
+		connect.WithSchema(agentMethods.ByName("Resize")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentReadFileHandler := connect.NewUnaryHandler(
 		AgentReadFileProcedure,
 		svc.ReadFile,
@@ -362,6 +470,24 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(agentMethods.ByName("Grep")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentChangedHandler := connect.NewUnaryHandler(
+		AgentChangedProcedure,
+		svc.Changed,
+		connect.WithSchema(agentMethods.ByName("Changed")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentReadLinesHandler := connect.NewUnaryHandler(
+		AgentReadLinesProcedure,
+		svc.ReadLines,
+		connect.WithSchema(agentMethods.ByName("ReadLines")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentEditFileHandler := connect.NewUnaryHandler(
+		AgentEditFileProcedure,
+		svc.EditFile,
+		connect.WithSchema(agentMethods.ByName("EditFile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sbxagent.Agent/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentHealthProcedure:
@@ -380,6 +506,10 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 			agentWriteStdinHandler.ServeHTTP(w, r)
 		case AgentSignalProcedure:
 			agentSignalHandler.ServeHTTP(w, r)
+		case AgentReadOutputProcedure:
+			agentReadOutputHandler.ServeHTTP(w, r)
+		case AgentResizeProcedure:
+			agentResizeHandler.ServeHTTP(w, r)
 		case AgentReadFileProcedure:
 			agentReadFileHandler.ServeHTTP(w, r)
 		case AgentWriteFileProcedure:
@@ -388,6 +518,12 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 			agentGlobHandler.ServeHTTP(w, r)
 		case AgentGrepProcedure:
 			agentGrepHandler.ServeHTTP(w, r)
+		case AgentChangedProcedure:
+			agentChangedHandler.ServeHTTP(w, r)
+		case AgentReadLinesProcedure:
+			agentReadLinesHandler.ServeHTTP(w, r)
+		case AgentEditFileProcedure:
+			agentEditFileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -429,6 +565,14 @@ func (UnimplementedAgentHandler) Signal(context.Context, *connect.Request[sbxage
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.Signal is not implemented"))
 }
 
+func (UnimplementedAgentHandler) ReadOutput(context.Context, *connect.Request[sbxagent.ReadOutputRequest]) (*connect.Response[sbxagent.ReadOutputResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.ReadOutput is not implemented"))
+}
+
+func (UnimplementedAgentHandler) Resize(context.Context, *connect.Request[sbxagent.ResizeRequest]) (*connect.Response[sbxagent.ResizeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.Resize is not implemented"))
+}
+
 func (UnimplementedAgentHandler) ReadFile(context.Context, *connect.Request[sbxagent.ReadFileRequest]) (*connect.Response[sbxagent.ReadFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.ReadFile is not implemented"))
 }
@@ -443,4 +587,16 @@ func (UnimplementedAgentHandler) Glob(context.Context, *connect.Request[sbxagent
 
 func (UnimplementedAgentHandler) Grep(context.Context, *connect.Request[sbxagent.GrepRequest]) (*connect.Response[sbxagent.GrepResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.Grep is not implemented"))
+}
+
+func (UnimplementedAgentHandler) Changed(context.Context, *connect.Request[sbxagent.ChangedRequest]) (*connect.Response[sbxagent.ChangedResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.Changed is not implemented"))
+}
+
+func (UnimplementedAgentHandler) ReadLines(context.Context, *connect.Request[sbxagent.ReadLinesRequest]) (*connect.Response[sbxagent.ReadLinesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.ReadLines is not implemented"))
+}
+
+func (UnimplementedAgentHandler) EditFile(context.Context, *connect.Request[sbxagent.EditFileRequest]) (*connect.Response[sbxagent.EditFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sbxagent.Agent.EditFile is not implemented"))
 }
