@@ -34,12 +34,6 @@ func (c *Client) ReadOutput(ctx context.Context, pid string, since int64, wait, 
 	return out, nil
 }
 
-// Resize sets the terminal size of process pid, started with a PTY.
-func (c *Client) Resize(ctx context.Context, pid string, rows, cols uint16) error {
-	_, err := c.agent.Resize(ctx, connect.NewRequest(&pb.ResizeRequest{Id: pid, Rows: uint32(rows), Cols: uint32(cols)}))
-	return c.wrap("resize", err)
-}
-
 // Changed lists the regular files under root (empty: the workdir) whose
 // mtime or ctime is at or after since, sorted, at most limit (0: 1000); the
 // bool reports an incomplete list. File timestamps lag the real time by up

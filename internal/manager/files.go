@@ -105,14 +105,7 @@ func (m *Manager) Glob(ctx context.Context, id sandbox.ID, pattern, dir string, 
 }
 
 // GrepRequest selects lines to find.
-type GrepRequest struct {
-	Pattern    string
-	Path       string
-	Include    string
-	IgnoreCase bool
-	Fixed      bool
-	Limit      int
-}
+type GrepRequest = agentclient.GrepRequest
 
 // Grep's audit record names the path searched, not the pattern: a pattern may be
 // a secret looked for.
@@ -123,7 +116,7 @@ func (m *Manager) Grep(ctx context.Context, id sandbox.ID, req GrepRequest) (_ [
 	if err != nil {
 		return nil, false, err
 	}
-	out, truncated, err := c.Grep(ctx, agentclient.GrepRequest{Pattern: req.Pattern, Path: req.Path, Include: req.Include, IgnoreCase: req.IgnoreCase, Fixed: req.Fixed, Limit: req.Limit})
+	out, truncated, err := c.Grep(ctx, req)
 	return out, truncated, m.callErr(op, id, err)
 }
 

@@ -2,6 +2,4 @@ package tools
 
 // The tool families, each defined in its own file.
 
-func shellTools() []*Tool { return nil }
-
-func fileTools() []*Tool { return nil }
+func shellTools() []*Tool { return append([]*Tool{bashTool()}, sessionTools()...) }

@@ -81,11 +81,12 @@ type Options struct {
 
 // Set is every tool, over one manager.
 type Set struct {
-	m     *manager.Manager
-	now   func() time.Time
-	repl  *repl.Sessions
-	tools []*Tool
-	named map[string]*Tool
+	m       *manager.Manager
+	now     func() time.Time
+	repl    *repl.Sessions
+	cursors cursors
+	tools   []*Tool
+	named   map[string]*Tool
 }
 
 // New returns the tool set over m.
@@ -94,7 +95,7 @@ func New(m *manager.Manager, opts Options) *Set {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), seed004Tools(), bslTools()} {
+	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), replTools(), seed004Tools(), bslTools()} {
 		for _, t := range group {
 			if s.named[t.Name] != nil {
 				panic("tools: two tools named " + t.Name)

@@ -43,7 +43,7 @@ var EtcAllow = []string{
 	"apt", "dpkg", "debconf.conf", "ucf.conf", "adduser.conf", "deluser.conf",
 	// Language runtimes and tools.
 	"python3", "python3.*", "perl", "java-*", "gitconfig", "pip.conf", "npmrc", "vim", "emacs",
-	"wgetrc", "curlrc", "X11", "fonts", "xdg", "ImageMagick-*",
+	"wgetrc", "curlrc", "X11", "fonts", "xdg", "ImageMagick-*", "matplotlibrc",
 }
 
 // BuildEtc makes, under parent, the read-only /etc layer of sandboxes from
