@@ -161,8 +161,3 @@ func (a replAgent) Signal(ctx context.Context, id string, sig int) error {
 	_, err := a.c.M().Signal(ctx, a.c.Sandbox, id, sig)
 	return err
 }
-
-func (a replAgent) WriteFile(ctx context.Context, path string, content []byte, mode uint32) error {
-	_, err := a.c.M().WriteFile(ctx, a.c.Sandbox, path, content, mode, false)
-	return err
-}

@@ -687,7 +687,7 @@ func ap12Attack(r *run) error {
 				continue
 			}
 		}
-		if r.backend == backendLocal && (strings.HasSuffix(rt.path, "/exec") || strings.HasSuffix(rt.path, "/stdin")) {
+		if r.backend == backendLocal && (strings.HasSuffix(rt.path, "/exec") || strings.HasSuffix(rt.path, "/stdin") || runsCommands(rt.path)) {
 			skipped[rt.method+" "+rt.path] = true // local runs commands on the host itself
 			continue
 		}
@@ -721,6 +721,23 @@ func ap12Attack(r *run) error {
 	}
 	r.note("gap: the daemon's goroutines are not visible from outside; fds are audited")
 	return nil
+}
+
+// runsCommands reports a tool route whose tool runs a program in the
+// sandbox (all but the file and env tools, which go through the file API),
+// or the route that calls any tool by name: under local those would run on
+// the host itself.
+func runsCommands(path string) bool {
+	_, name, ok := strings.Cut(path, "/tools/")
+	if !ok {
+		return false
+	}
+	switch name {
+	case "ls", "read_file", "write_file", "edit_file", "glob", "grep",
+		"file_read", "file_write", "file_delete", "file_list", "file_search", "env_get", "env_set":
+		return false
+	}
+	return true
 }
 
 // squeeze shortens runs of one repeated byte, so a failing fuzz input can be

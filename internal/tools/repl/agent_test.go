@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,7 +26,6 @@ type localAgent struct {
 	root       string
 
 	mu     sync.Mutex
-	files  map[string]string // sandbox path -> local path
 	procs  map[string]*localProc
 	seq    int
 	starts int
@@ -49,7 +47,7 @@ type localProc struct {
 
 func newLocalAgent(t *testing.T) *localAgent {
 	a := &localAgent{t: t, python: "/usr/bin/python3", root: t.TempDir(),
-		files: map[string]string{}, procs: map[string]*localProc{}}
+		procs: map[string]*localProc{}}
 	t.Cleanup(a.killAll)
 	return a
 }
@@ -62,20 +60,6 @@ func (a *localAgent) killAll() {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
-}
-
-func (a *localAgent) WriteFile(_ context.Context, path string, content []byte, mode uint32) error {
-	local := filepath.Join(a.root, path)
-	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(local, content, os.FileMode(mode)); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.files[path] = local
-	a.mu.Unlock()
-	return nil
 }
 
 func (a *localAgent) Start(_ context.Context, argv []string, env map[string]string, tag string, logBytes int64) (string, error) {
@@ -98,12 +82,17 @@ func (a *localAgent) Start(_ context.Context, argv []string, env map[string]stri
 	}
 	args := make([]string, 0, len(argv)-1)
 	for _, arg := range argv[1:] {
-		if local, ok := a.files[arg]; ok {
-			arg = local
-		}
 		args = append(args, arg)
 	}
-	if err := a.spawn(p, name, args, env); err != nil {
+	err := a.spawn(p, name, args, env)
+	// A stand-in python3 a test has just written is still open for writing
+	// in a child another test forked meanwhile, until that child's exec:
+	// ETXTBSY, for an instant.
+	for i := 0; errors.Is(err, syscall.ETXTBSY) && i < 50; i++ {
+		time.Sleep(10 * time.Millisecond)
+		err = a.spawn(p, name, args, env)
+	}
+	if err != nil {
 		return "", err
 	}
 	a.procs[p.id] = p
@@ -132,6 +121,7 @@ func (a *localAgent) spawn(p *localProc, name string, args []string, env map[str
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
+		stdin.Close()
 		return err
 	}
 	pw.Close()

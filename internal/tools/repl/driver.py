@@ -67,7 +67,7 @@ TRACEBACK_CAP = 100000  # characters of a traceback
 IMAGES_CAP = 4 << 20  # characters of all images of one cell (base64 + SVG)
 SVG_CAP = 1 << 20  # a larger SVG is left out; its PNG stays
 
-DRIVER_FILE = __file__
+DRIVER_FILE = globals().get("__file__", "<sbx-repl>")  # run by exec(): "<sbx-repl>"
 
 
 def _cap_text(text, cap, what):

@@ -25,8 +25,6 @@ import (
 var driverSource []byte
 
 const (
-	// DriverPath is where the driver is written in the sandbox.
-	DriverPath = "/tmp/.sbx/repl.py"
 	// Tag names the driver's process, so that it is found again after a
 	// daemon restart.
 	Tag = "sbx-repl"
@@ -71,9 +69,6 @@ type Agent interface {
 	// Signal sends sig to the process's group: 2 = SIGINT, 9 = kill the
 	// process tree.
 	Signal(ctx context.Context, id string, sig int) error
-	// WriteFile writes content to path in the sandbox, creating its parent
-	// directories.
-	WriteFile(ctx context.Context, path string, content []byte, mode uint32) error
 }
 
 // LLM is the OpenAI-compatible chat completions endpoint that llm_query

@@ -171,7 +171,7 @@ func TestExceptionKeepsSession(t *testing.T) {
 			t.Errorf("traceback lacks %q:\n%s", want, tb)
 		}
 	}
-	if strings.Contains(tb, DriverPath) || strings.Contains(tb, "repl.py") {
+	if strings.Contains(tb, driverName) || strings.Contains(tb, "repl.py") {
 		t.Errorf("traceback shows the driver's frames:\n%s", tb)
 	}
 	if res.Stdout != "before\n" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"strings"
 	"time"
@@ -204,14 +205,24 @@ func (c *call) restart(ctx context.Context) error {
 	return c.start(ctx)
 }
 
-// start writes the driver into the sandbox, starts it and waits for it to
-// be ready.
+// bootstrap runs the driver from the environment variable it travels in,
+// removed at once so that no cell or child inherits it. The driver is no
+// file in the sandbox: under the local backend the file API's paths are the
+// sandbox's and a process's are the host's, and an environment is the same
+// for both.
+const bootstrap = "import os; exec(compile(os.environ.pop('" + driverVar + "'), '" + driverName + "', 'exec'))"
+
+const (
+	driverVar  = "SBX_REPL_DRIVER"
+	driverName = "<sbx-repl>" // the driver's frames, left out of tracebacks
+)
+
+// start starts the driver and waits for it to be ready.
 func (c *call) start(ctx context.Context) error {
 	c.sess.adopt("", false)
-	if err := c.a.WriteFile(ctx, DriverPath, driverSource, 0o644); err != nil {
-		return fmt.Errorf("repl_execute: writing the Python driver to %s in the sandbox: %w", DriverPath, err)
-	}
-	id, err := c.a.Start(ctx, []string{"python3", "-u", DriverPath}, driverEnv, Tag, LogBytes)
+	env := maps.Clone(driverEnv)
+	env[driverVar] = string(driverSource)
+	id, err := c.a.Start(ctx, []string{"python3", "-u", "-c", bootstrap}, env, Tag, LogBytes)
 	if err != nil {
 		if notFound(err.Error()) || errors.Is(err, exec.ErrNotFound) {
 			return ErrNoPython
