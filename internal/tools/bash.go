@@ -100,7 +100,10 @@ func runBash(ctx context.Context, c *Call, in bashIn) (bashOut, error) {
 	if err != nil {
 		return bashOut{}, err
 	}
-	out.Files, out.FileCount, out.FilesTruncated = files, len(files), more
+	if files != nil { // never null: the schema says an array
+		out.Files = files
+	}
+	out.FileCount, out.FilesTruncated = len(files), more
 	for _, f := range files {
 		out.LocalPaths[f] = DownloadPath(c.Sandbox, f)
 	}

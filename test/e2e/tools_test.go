@@ -29,6 +29,9 @@ func (d *daemon) mustTool(id, name string, args map[string]any) map[string]any {
 	if st != 200 {
 		d.t.Fatalf("%s %v = %d %s", name, args, st, raw)
 	}
+	for _, p := range checkSchema004(outputSchema004(d.t, d, name), any(out), name) {
+		d.t.Errorf("%s: the answer does not match the output schema: %s\n%s", name, p, raw)
+	}
 	return out
 }
 
