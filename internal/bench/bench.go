@@ -690,7 +690,7 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	row("exec in live sandbox, p50", r.Exec, "host spawn of true", r.HostSpawn.P50MS, "")
 	if r.Echo != nil {
-		row("terminal echo (write_stdin), p50", *r.Echo, "exec in live sandbox", r.Exec.P50MS, "≤ 2x")
+		row("terminal echo (write_stdin), p50", *r.Echo, "exec in live sandbox", r.Exec.P50MS, "")
 	}
 	tratio, bt := "n/a", "n/a"
 	if r.BwrapThroughput > 0 {

@@ -31,9 +31,10 @@ const (
 	// sessionReadMax bounds the output one call returns; the cursor pages on.
 	sessionReadMax = 64 << 10
 	// sessionLinger is how long a read waits for more once output came: an
-	// echo and a program's immediate answer arrive in one read, at the cost
-	// of this much delay.
-	sessionLinger = 2 * time.Millisecond
+	// echo and a program's immediate answer (a REPL's result, a prompt)
+	// arrive in one read, at the cost of this much delay. Slower output is
+	// the next read's.
+	sessionLinger = time.Millisecond
 	defaultGrace  = 2 * time.Second
 	defaultWait   = 2 * time.Second
 	maxWait       = 300 * time.Second
