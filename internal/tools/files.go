@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -35,20 +34,6 @@ const (
 
 func fileTools() []*Tool {
 	return []*Tool{lsTool(), readFileTool(), writeFileTool(), editFileTool(), globTool(), grepTool()}
-}
-
-// absPath makes p absolute: a relative path is relative to the workspace.
-func absPath(field, p string) (string, error) {
-	if p == "" {
-		return "", sandbox.Invalid(field, "is empty")
-	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", sandbox.Invalid(field, "contains a NUL byte")
-	}
-	if !path.IsAbs(p) {
-		p = path.Join(Workspace, p)
-	}
-	return path.Clean(p), nil
 }
 
 // ls
@@ -115,7 +100,7 @@ func lsTool() *Tool {
 		if in.Path == "" {
 			in.Path = Workspace
 		}
-		dir, err := absPath("path", in.Path)
+		dir, err := sandboxPath("path", in.Path)
 		if err != nil {
 			return lsOut{}, err
 		}
@@ -203,7 +188,7 @@ func readFileTool() *Tool {
 }
 
 func runReadFile(ctx context.Context, c *Call, in readIn) (readOut, error) {
-	p, err := absPath("file_path", in.FilePath)
+	p, err := sandboxPath("file_path", in.FilePath)
 	if err != nil {
 		return readOut{}, err
 	}
@@ -283,7 +268,7 @@ func writeFileTool() *Tool {
   "required": ["file_path", "bytes"]
 }`),
 	}, func(ctx context.Context, c *Call, in writeIn) (writeOut, error) {
-		p, err := absPath("file_path", in.FilePath)
+		p, err := sandboxPath("file_path", in.FilePath)
 		if err != nil {
 			return writeOut{}, err
 		}
@@ -361,7 +346,7 @@ func editFileTool() *Tool {
   "required": ["file_path", "replacements", "strategy", "score", "start_line", "end_line"]
 }`),
 	}, func(ctx context.Context, c *Call, in editIn) (editOut, error) {
-		p, err := absPath("file_path", in.FilePath)
+		p, err := sandboxPath("file_path", in.FilePath)
 		if err != nil {
 			return editOut{}, err
 		}
@@ -434,7 +419,7 @@ func globTool() *Tool {
 		if in.Path == "" {
 			in.Path = Workspace
 		}
-		dir, err := absPath("path", in.Path)
+		dir, err := sandboxPath("path", in.Path)
 		if err != nil {
 			return globOut{}, err
 		}
@@ -561,7 +546,7 @@ func runGrep(ctx context.Context, c *Call, in grepIn) (grepOut, error) {
 	if in.Path == "" {
 		in.Path = Workspace
 	}
-	p, err := absPath("path", in.Path)
+	p, err := sandboxPath("path", in.Path)
 	if err != nil {
 		return grepOut{}, err
 	}

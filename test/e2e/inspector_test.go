@@ -21,6 +21,14 @@ func TestMCPInspector(t *testing.T) {
 		t.Fatalf("the MCP Inspector is not installed: make deps (or npm ci in test/node) installs it: %v", err)
 	}
 	d := sharedDaemon(t)
+	// The Inspector's CLI leaves its HTTP session open when it exits (no
+	// DELETE /mcp): the daemon would delete that session's sandbox after the
+	// idle timeout. Here it goes at the end, so later tests find none.
+	defer func() {
+		for _, id := range sessionSandboxes(t, d) {
+			d.api("DELETE", "/v1/sandboxes/"+id, nil)
+		}
+	}()
 	http := []string{"--cli", d.url + "/mcp", "--transport", "http", "--header", "Authorization: Bearer " + d.key}
 	stdio := []string{"--cli", "-e", "SBX_URL=" + d.url, "-e", "SBX_API_KEY=" + d.key}
 	run := func(t *testing.T, args ...string) map[string]any {
