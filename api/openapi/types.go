@@ -64,9 +64,54 @@ type CreateSandboxRequest struct {
 	CPUs     *float64          `json:"cpus,omitempty"`
 	Pids     *int64            `json:"pids,omitempty"`
 	DiskMB   *int64            `json:"disk_mb,omitempty"`
-	Network  string            `json:"network,omitempty"` // none | allowlist | full
+	Network  *NetworkPolicy    `json:"network,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's network tier and its lists: the body of PUT
+// /v1/sandboxes/{id}/network, and "network" on create, where the tier's name
+// alone ("network": "full") also does.
+type NetworkPolicy struct {
+	// Mode is none (loopback only), allowlist or full; host for a sandbox
+	// of the local backend (reported, never asked for).
+	Mode string `json:"mode"`
+	// Allow (allowlist only) and Block list domains, wildcards
+	// (*.example.com), IP addresses and CIDRs; Block wins.
+	Allow []string `json:"allow,omitempty"`
+	Block []string `json:"block,omitempty"`
+}
+
+// UnmarshalJSON takes the object or the tier's name alone.
+func (n *NetworkPolicy) UnmarshalJSON(b []byte) error {
+	var mode string
+	if json.Unmarshal(b, &mode) == nil {
+		*n = NetworkPolicy{Mode: mode}
+		return nil
+	}
+	type plain NetworkPolicy
+	return json.Unmarshal(b, (*plain)(n))
+}
+
+// NetworkEvents is the answer of GET /v1/sandboxes/{id}/network/events.
+type NetworkEvents struct {
+	// Allowed and Refused count every decision since the sandbox started
+	// (or since the daemon did); Events are the latest, oldest first.
+	Allowed int64          `json:"allowed"`
+	Refused int64          `json:"refused"`
+	Events  []NetworkEvent `json:"events"`
+}
+
+// NetworkEvent is one egress decision about a sandbox's traffic.
+type NetworkEvent struct {
+	Time time.Time `json:"time"`
+	// Destination is where the sandbox asked to go: host:port, or a DNS name.
+	Destination string `json:"destination"`
+	// Protocol is http, tls, connect, tcp or dns.
+	Protocol string `json:"protocol"`
+	// Rule is the rule that decided, or why the traffic was refused.
+	Rule    string `json:"rule"`
+	Allowed bool   `json:"allowed"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.
@@ -86,7 +131,7 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at"`
 	Limits    Limits            `json:"limits"`
-	Network   string            `json:"network"`
+	Network   NetworkPolicy     `json:"network"`
 	Labels    map[string]string `json:"labels"`
 	Isolation Isolation         `json:"isolation"`
 	// StateReason says why the sandbox is in state error or recovery_required.

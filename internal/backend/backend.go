@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +64,26 @@ type Instance struct {
 // sandbox started ahead of demand with the limits a request asks for.
 type Resizer interface {
 	Resize(ctx context.Context, id sandbox.ID, spec sandbox.Spec) error
+}
+
+// Network is the daemon's egress path (package network): it connects a
+// sandbox's network namespace to the proxy and resolver, and nothing else.
+type Network interface {
+	// Attach connects the sandbox whose network namespace is ns and returns
+	// its address; for a sandbox already attached (before a restart, say) it
+	// re-adopts the connection.
+	Attach(ctx context.Context, id sandbox.ID, ns *os.File) (netip.Addr, error)
+	// Detach undoes Attach; a sandbox not attached is not an error.
+	Detach(ctx context.Context, id sandbox.ID) error
+	// Gateway is the sandboxes' resolver and explicit proxy address.
+	Gateway() netip.Addr
+}
+
+// NetworkSetter is implemented by drivers that can change a running
+// sandbox's network tier: connect it when it leaves none, disconnect it when
+// it returns there.
+type NetworkSetter interface {
+	SetNetwork(ctx context.Context, id sandbox.ID, tier sandbox.Network) error
 }
 
 // Stats is the resource use of one sandbox.
@@ -145,6 +167,9 @@ type Options struct {
 	// user namespaces map to: "START-END" (inclusive), or "auto" or "" for a
 	// free block chosen host-wide and kept across restarts (native).
 	UIDRange string
+	// Network is the egress path of the allowlist and full tiers; nil when
+	// the daemon runs without one (only none is then offered).
+	Network Network
 }
 
 // ErrRefused marks an Opener's error that is the operator's configuration at

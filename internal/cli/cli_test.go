@@ -235,8 +235,14 @@ func TestCreate(t *testing.T) {
 	}
 	req := d.created[0]
 	if *req.Timeout != 300 || *req.MemoryMB != 256 || *req.CPUs != 0.5 || *req.Pids != 64 || req.DiskMB != nil ||
-		req.Labels["suite"] != "e2e" || req.Labels["b"] != "2" || req.Network != "none" {
+		req.Labels["suite"] != "e2e" || req.Labels["b"] != "2" || req.Network == nil || req.Network.Mode != "none" {
 		t.Errorf("create request = %+v", req)
+	}
+	// The tier's lists, repeatable; --allow alone means allowlist.
+	d.sbx("", "create", "--allow", "pypi.org", "--allow", "10.1.0.0/16", "--block", "evil.example")
+	if n := d.created[len(d.created)-1].Network; n == nil || n.Mode != "allowlist" ||
+		strings.Join(n.Allow, " ") != "pypi.org 10.1.0.0/16" || strings.Join(n.Block, " ") != "evil.example" {
+		t.Errorf("create --allow --block: network = %+v", n)
 	}
 	// Only the flags given are sent: an explicit 0 reaches the daemon, which refuses it.
 	out, errOut, code = d.sbx("", "create", "--timeout", "0")

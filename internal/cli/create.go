@@ -20,6 +20,8 @@ type createFlags struct {
 	pids     int64
 	diskMB   int64
 	network  string
+	allow    multiFlag
+	block    multiFlag
 	labels   multiFlag
 }
 
@@ -31,6 +33,8 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.pids, "pids", 0, "most processes at `once`")
 	fs.Int64Var(&c.diskMB, "disk-mb", 0, "writable disk in `MiB`")
 	fs.StringVar(&c.network, "network", "", "network `tier`: none, allowlist or full")
+	fs.Var(&c.allow, "allow", "with --network allowlist: a `domain`, *.domain, IP or CIDR it may reach (repeatable)")
+	fs.Var(&c.block, "block", "a `domain`, *.domain, IP or CIDR it may never reach (repeatable; wins over --allow)")
 	fs.Var(&c.labels, "label", "label `k=v` (repeatable)")
 }
 
@@ -39,7 +43,14 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 func (c *createFlags) request(fs *flag.FlagSet) (openapi.CreateSandboxRequest, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	req := openapi.CreateSandboxRequest{Template: c.template, Network: c.network}
+	req := openapi.CreateSandboxRequest{Template: c.template}
+	if c.network != "" || len(c.allow) > 0 || len(c.block) > 0 {
+		mode := c.network
+		if mode == "" && len(c.allow) > 0 {
+			mode = "allowlist" // --allow says which tier it is for
+		}
+		req.Network = &openapi.NetworkPolicy{Mode: mode, Allow: c.allow, Block: c.block}
+	}
 	if set["timeout"] {
 		req.Timeout = &c.timeout
 	}
@@ -71,7 +82,7 @@ func (c *createFlags) request(fs *flag.FlagSet) (openapi.CreateSandboxRequest, e
 	return req, nil
 }
 
-const createSynopsis = "[--template T] [--timeout S] [--memory-mb N] [--cpus N] [--pids N] [--disk-mb N] [--network none|allowlist|full] [--label k=v]… [--json]"
+const createSynopsis = "[--template T] [--timeout S] [--memory-mb N] [--cpus N] [--pids N] [--disk-mb N] [--network none|allowlist|full] [--allow D]… [--block D]… [--label k=v]… [--json]"
 
 func runCreate(ctx context.Context, e *env, args []string) int {
 	fs := e.flagSet("create", createSynopsis)

@@ -3,6 +3,8 @@
 package cli
 
 import (
+	"sbx/api/openapi"
+
 	"context"
 	"fmt"
 	"sort"
@@ -50,7 +52,7 @@ func runGet(ctx context.Context, e *env, args []string) int {
 	row("expires", sb.ExpiresAt.Local().Format(time.RFC3339)+" ("+until(time.Until(sb.ExpiresAt))+")")
 	row("limits", fmt.Sprintf("memory %d MiB, cpus %g, pids %d, disk %d MiB, timeout %d s",
 		sb.Limits.MemoryMB, sb.Limits.CPUs, sb.Limits.Pids, sb.Limits.DiskMB, sb.Limits.Timeout))
-	row("network", sb.Network)
+	row("network", networkString(sb.Network))
 	row("labels", labelString(sb.Labels))
 	row("isolation", level(*sb))
 	var applied, missing []string
@@ -78,6 +80,18 @@ func runGet(ctx context.Context, e *env, args []string) int {
 func orDash(s string) string {
 	if s == "" {
 		return "-"
+	}
+	return s
+}
+
+// networkString is a tier and its lists on one line.
+func networkString(n openapi.NetworkPolicy) string {
+	s := n.Mode
+	if len(n.Allow) > 0 {
+		s += ", allow " + strings.Join(n.Allow, " ")
+	}
+	if len(n.Block) > 0 {
+		s += ", block " + strings.Join(n.Block, " ")
 	}
 	return s
 }

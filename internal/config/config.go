@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -98,6 +99,32 @@ type Config struct {
 	// LLM is the model endpoint repl_execute's llm_query() reaches through
 	// the daemon, so no key ever enters a sandbox.
 	LLM LLM `toml:"llm"`
+
+	// Network is the egress path of the allowlist and full tiers.
+	Network Network `toml:"network"`
+}
+
+// Network configures the egress path ([network] in the file): the router
+// namespace the networked sandboxes' veths lead into, and how the proxy and
+// the sandboxes' resolver find names.
+type Network struct {
+	// Disabled runs the daemon without it: only the none tier is offered.
+	// Env SBX_NETWORK=off.
+	Disabled bool `toml:"disabled"`
+	// Subnet holds the router's address (its first) and the sandboxes'
+	// (default 10.213.0.0/16). Env SBX_NETWORK_SUBNET.
+	Subnet string `toml:"subnet"`
+	// Nameservers ("ip:port") answer the names the sandboxes may reach;
+	// empty: those of /etc/resolv.conf. Env SBX_NETWORK_NAMESERVERS
+	// (comma-separated).
+	Nameservers []string `toml:"nameservers"`
+	// HostsFile is read before the nameservers (default /etc/hosts). Env
+	// SBX_NETWORK_HOSTS_FILE.
+	HostsFile string `toml:"hosts_file"`
+	// Block lists CIDRs no sandbox may reach under any tier, besides those
+	// never reachable (loopback, link-local and metadata, the host's own
+	// addresses, the sandboxes'). Env SBX_NETWORK_BLOCK (comma-separated).
+	Block []string `toml:"block"`
 }
 
 // LLM is an OpenAI-compatible chat completions endpoint ([llm] in the file).
@@ -171,7 +198,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {
@@ -323,4 +350,27 @@ func checkLLM(c *Config) error {
 		l.APIKey = strings.TrimSpace(string(b))
 	}
 	return nil
+}
+
+// checkNetwork checks the egress path's addresses.
+func checkNetwork(c *Config) error {
+	n := &c.Network
+	var errs []error
+	if n.Subnet != "" {
+		p, err := netip.ParsePrefix(n.Subnet)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 28 {
+			errs = append(errs, fmt.Errorf("network.subnet: %q is not an IPv4 CIDR of /28 or wider", n.Subnet))
+		}
+	}
+	for i, ns := range n.Nameservers {
+		if _, err := netip.ParseAddrPort(ns); err != nil {
+			errs = append(errs, fmt.Errorf("network.nameservers[%d]: %q is not ip:port", i, ns))
+		}
+	}
+	for i, b := range n.Block {
+		if _, err := netip.ParsePrefix(b); err != nil {
+			errs = append(errs, fmt.Errorf("network.block[%d]: %q is not a CIDR", i, b))
+		}
+	}
+	return errors.Join(errs...)
 }

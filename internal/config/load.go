@@ -212,6 +212,37 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	integer("SBX_AUDIT_MAX_RECORDS", "audit_max_records", &c.AuditMaxRecords)
 	integer64("SBX_ARCHIVE_MAX_BYTES", "archive_max_bytes", &c.ArchiveMaxBytes)
 	integer64("SBX_ARCHIVE_MAX_ENTRIES", "archive_max_entries", &c.ArchiveMaxEntries)
+	list := func(key string, dst *[]string) {
+		if v := getenv(key); v != "" {
+			*dst = nil
+			for _, e := range strings.Split(v, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					*dst = append(*dst, e)
+				}
+			}
+		}
+	}
+	switch v := getenv("SBX_NETWORK"); v {
+	case "":
+	case "off":
+		c.Network.Disabled = true
+	case "on":
+		c.Network.Disabled = false
+	default:
+		errs = append(errs, fmt.Errorf("network (from SBX_NETWORK): %q is not on or off", v))
+	}
+	str("SBX_NETWORK_SUBNET", &c.Network.Subnet)
+	list("SBX_NETWORK_NAMESERVERS", &c.Network.Nameservers)
+	str("SBX_NETWORK_HOSTS_FILE", &c.Network.HostsFile)
+	list("SBX_NETWORK_BLOCK", &c.Network.Block)
+	var tiers []string
+	list("SBX_NETWORKS", &tiers)
+	if tiers != nil {
+		c.Policy.Networks = nil
+		for _, t := range tiers {
+			c.Policy.Networks = append(c.Policy.Networks, sandbox.Network(t))
+		}
+	}
 	return errors.Join(errs...)
 }
 

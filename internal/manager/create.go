@@ -44,6 +44,9 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	defer m.inflight.Done()
 
 	spec, err := m.policy.Admit(req)
+	if err == nil {
+		_, err = netRules(spec)
+	}
 	if err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 	}
@@ -139,6 +142,9 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 		m.rollback(ctx, nd, id, retErr)
 	}()
 
+	if err := m.useRules(spec); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	startedAt := time.Now()
 	inst, err := nd.Driver.Start(ctx, spec)
 	if err != nil {
@@ -210,6 +216,7 @@ func (m *Manager) rollback(ctx context.Context, nd NamedDriver, id sandbox.ID, c
 		})
 		return
 	}
+	m.forgetRules(id)
 	if err := m.store.DeleteSandbox(cctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		log.ErrorContext(cctx, "rolling back a failed create: deleting the record", logkey.Err, err)
 	}

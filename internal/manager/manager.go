@@ -63,6 +63,9 @@ type Options struct {
 	// AuditMaxRecords how many at most (0: no count bound).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// Network is the egress path of the allowlist and full tiers (nil: the
+	// daemon offers none).
+	Network Network
 	// Heartbeat is the time between two health checks of every agent; each
 	// check may take three quarters of it, and three misses in a row lose the
 	// agent. 0 means DefaultHeartbeat.
@@ -103,6 +106,7 @@ type Manager struct {
 	slots        chan struct{} // create admission: one token per create in flight
 	keys         keyCache
 	queueTimeout time.Duration
+	network      Network
 	// The components, each with its own lock (the auditor needs none) and
 	// lifecycle; Close stops them.
 	limits   *limiter
@@ -195,6 +199,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		elapsed:      elapsed,
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
+		network:      opts.Network,
 		lifetime:     lifetime,
 		cancel:       cancel,
 		closing:      make(chan struct{}),

@@ -330,6 +330,11 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 			return sandbox.Sandbox{}, false
 		}
 	}
+	if err := m.useRules(spec); err != nil { // the request's lists, not the pool's
+		log.WarnContext(ctx, "setting a warm sandbox's network rules failed; discarding it", logkey.Err, err)
+		m.discardWarm(ctx, w)
+		return sandbox.Sandbox{}, false
+	}
 	now := m.now()
 	deadline := now.Add(spec.TTL)
 	sb, err := m.commitCreate(ctx, w.id, func(r *sandbox.Sandbox) error {

@@ -109,6 +109,11 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 			m.forget(ctx, d, sb, "expired while the daemon was down")
 			return
 		}
+		spec := sb.Spec
+		spec.ID = sb.ID
+		if err := m.useRules(spec); err != nil {
+			log.WarnContext(ctx, "a recovered sandbox's network rules do not compile; it gets none", logkey.Err, err)
+		}
 		inst, err := d.Recover(ctx, sb.ID, sb.Saved)
 		if err != nil {
 			m.forget(ctx, d, sb, "reattaching failed: "+err.Error())

@@ -217,6 +217,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 		return &sandbox.Error{Op: op, ID: id, Err: &RetryError{
 			Err: fmt.Errorf("%w: destroying sandbox: %v; it is quarantined and its teardown is retried", sandbox.ErrUnavailable, err), After: quarantineRetry}}
 	}
+	m.forgetRules(id)
 	err = m.store.DeleteSandbox(cctx, id)
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
 		m.limits.release(id) // the record is gone, and with it the owner's place

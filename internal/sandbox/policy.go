@@ -109,6 +109,11 @@ func (p Policy) Check() error {
 	if len(p.Networks) == 0 {
 		errs = append(errs, errors.New("policy.networks: empty"))
 	}
+	for _, n := range p.Networks {
+		if !slices.Contains([]Network{NetworkNone, NetworkAllowlist, NetworkFull}, n) {
+			errs = append(errs, fmt.Errorf("policy.networks: unknown tier %q (known: none, allowlist, full)", n))
+		}
+	}
 	if len(p.Templates) == 0 {
 		errs = append(errs, errors.New("policy.templates: empty"))
 	}
@@ -118,6 +123,31 @@ func (p Policy) Check() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// admitNetwork checks a tier and its lists against the policy; an empty
+// tier is the policy's default.
+func (p Policy) admitNetwork(s *Spec) error {
+	if s.Network == "" {
+		s.Network = p.Networks[0]
+	}
+	if !slices.Contains([]Network{NetworkNone, NetworkAllowlist, NetworkFull}, s.Network) {
+		return Invalid("network.mode", "unknown mode %q (known: none, allowlist, full)", s.Network)
+	}
+	if !slices.Contains(p.Networks, s.Network) {
+		return Invalid("network.mode", "%q is not allowed here (allowed: %v)", s.Network, p.Networks)
+	}
+	return nil // the lists are the manager's to compile
+}
+
+// AdmitNetwork checks a change of a running sandbox's tier and lists, as
+// create would.
+func (p Policy) AdmitNetwork(tier Network, allow, block []string) (Spec, error) {
+	s := Spec{Network: tier, NetworkAllow: slices.Clone(allow), NetworkBlock: slices.Clone(block)}
+	if tier == "" {
+		return s, Invalid("network.mode", "missing (want none, allowlist or full)")
+	}
+	return s, p.admitNetwork(&s)
 }
 
 // Admit checks req against the ceilings and fills defaults. Errors wrap ErrInvalid
@@ -177,10 +207,9 @@ func (p Policy) Admit(req CreateRequest) (Spec, error) {
 	case s.DiskBytes > p.MaxDiskBytes:
 		errs = append(errs, Invalid("disk_mb", "%d MB is above the limit of %d MB", s.DiskBytes/MiB, p.MaxDiskBytes/MiB))
 	}
-	if s.Network == "" {
-		s.Network = p.Networks[0]
-	} else if !slices.Contains(p.Networks, s.Network) {
-		errs = append(errs, Invalid("network", "%q is not allowed here (allowed: %v)", s.Network, p.Networks))
+	s.NetworkAllow, s.NetworkBlock = slices.Clone(req.NetworkAllow), slices.Clone(req.NetworkBlock)
+	if err := p.admitNetwork(&s); err != nil {
+		errs = append(errs, err)
 	}
 	for k, v := range s.Labels {
 		if k == "" || len(k) > 63 || len(v) > 255 {

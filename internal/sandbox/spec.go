@@ -23,8 +23,12 @@ type CreateRequest struct {
 	Pids        int64
 	DiskBytes   int64
 	Network     Network
-	Labels      map[string]string
-	Env         map[string]string
+	// NetworkAllow and NetworkBlock are the tier's lists: domains,
+	// wildcards (*.example.com), addresses and CIDRs.
+	NetworkAllow []string
+	NetworkBlock []string
+	Labels       map[string]string
+	Env          map[string]string
 }
 
 // Spec is an admitted request: every field is set and within the policy's
@@ -38,8 +42,11 @@ type Spec struct {
 	Pids        int64
 	DiskBytes   int64
 	Network     Network
-	Labels      map[string]string
-	Env         map[string]string
+	// NetworkAllow and NetworkBlock are the tier's lists (CreateRequest).
+	NetworkAllow []string `json:",omitempty"`
+	NetworkBlock []string `json:",omitempty"`
+	Labels       map[string]string
+	Env          map[string]string
 	// RequireLayers are the isolation layers that must be applied; a driver that
 	// cannot apply one fails Start with ErrIsolation naming it.
 	RequireLayers []string

@@ -133,6 +133,11 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 	if err := fault.Fail("teardown"); err != nil {
 		return err // the box stays known, so a retry can finish the job
 	}
+	if d.opts.Network != nil {
+		if err := d.opts.Network.Detach(ctx, b.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if b.group != nil {
 		if err := b.group.Remove(ctx); err != nil {
 			errs = append(errs, err)
@@ -196,7 +201,13 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, data []byte) (*back
 		}
 	}
 	proc.Watch()
-	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, proc: proc, uid: s.UID}
+	b := &box{id: id, dir: s.Dir, sock: s.Socket, group: g, proc: proc, uid: s.UID, network: s.Network}
+	if networked(s.Network) && d.opts.Network != nil {
+		if err := d.connect(ctx, b); err != nil {
+			proc.Close()
+			return nil, &sandbox.Error{Op: "recover", ID: id, Err: err}
+		}
+	}
 	if s.Applied != nil {
 		b.applied = *s.Applied
 	} else {

@@ -73,6 +73,8 @@ type box struct {
 	phases *phases
 	// uid is the first host id of the sandbox's range: its root.
 	uid uint64
+	// network is the sandbox's tier as it started.
+	network sandbox.Network
 	// report is what the init stage and agent said they applied; applied is
 	// the isolation built from it and the kernel's view.
 	report  *boot.Report
@@ -98,6 +100,8 @@ type saved struct {
 	UID uint64 `json:"uid"`
 	// Applied is the isolation the sandbox was started with.
 	Applied *sandbox.Isolation `json:"applied,omitempty"`
+	// Network is its tier at start; it is attached again on recovery.
+	Network sandbox.Network `json:"network,omitempty"`
 }
 
 // Start implements backend.Driver.
@@ -109,8 +113,8 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if spec.Template != sandbox.TemplateHost {
 		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: template %q not found", sandbox.ErrInvalid, spec.Template)}
 	}
-	if spec.Network != "" && spec.Network != sandbox.NetworkNone {
-		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: network %q: the native backend offers loopback only", sandbox.ErrInvalid, spec.Network)}
+	if err := d.checkNetwork(spec.Network); err != nil {
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: err}
 	}
 	host := d.layers()
 	for _, l := range spec.RequireLayers { // fail closed before making anything
@@ -118,7 +122,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, d.missingReason(l))}
 		}
 	}
-	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}, phases: newPhases()}
+	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}, phases: newPhases(), network: spec.Network}
 	b.sock = filepath.Join(b.dir, "agent.sock")
 	if err := d.boxes.Claim(id, b); err != nil {
 		return nil, err
@@ -152,6 +156,12 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if err := d.spawn(ctx, b, spec); err != nil {
 		return nil, err
 	}
+	if networked(spec.Network) {
+		if err := d.connect(ctx, b); err != nil {
+			return nil, err
+		}
+		b.phases.mark("network")
+	}
 	iso, why := d.applied(b.proc.Pid, b.report)
 	if d.testArgv == nil {
 		for _, l := range spec.RequireLayers { // what was applied, read back
@@ -171,7 +181,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 }
 
 func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, error) {
-	s, err := json.Marshal(saved{ID: b.id, Pid: b.proc.Pid, Start: b.proc.Start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path(), UID: b.uid, Applied: &iso})
+	s, err := json.Marshal(saved{ID: b.id, Pid: b.proc.Pid, Start: b.proc.Start, Dir: b.dir, Socket: b.sock, Cgroup: b.group.Path(), UID: b.uid, Applied: &iso, Network: b.network})
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +254,12 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 		return err
 	}
 	owned := append([]string{".", "upper/root/etc", "upper/root/etc/hostname", "upper/root/etc/hosts"}, dirs...)
+	if d.opts.Network != nil {
+		if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolvConf(d.opts.Network)), 0o644); err != nil {
+			return err
+		}
+		owned = append(owned, "upper/root/etc/resolv.conf")
+	}
 	for _, s := range owned {
 		if err := os.Lchown(filepath.Join(b.dir, s), int(b.uid), int(b.uid)); err != nil {
 			return err
@@ -298,6 +314,9 @@ func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
 // the agent it goes on as.
 func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	env := []string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-8", "TERM=xterm-256color"}
+	if networked(spec.Network) {
+		env = append(env, proxyEnv(d.opts.Network)...)
+	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}

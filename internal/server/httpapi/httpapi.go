@@ -113,6 +113,8 @@ func (s *server) routes() []route {
 		{"GET", sb, "get", false, s.get},
 		{"PATCH", sb, "update", false, s.update},
 		{"DELETE", sb, "delete", false, s.delete},
+		{"PUT", sb + "/network", "set_network", false, s.setNetwork},
+		{"GET", sb + "/network/events", "network_events", false, s.networkEvents},
 
 		{"POST", sb + "/exec", "exec", false, s.exec},
 		{"GET", sb + "/processes", "list_processes", false, s.processes},

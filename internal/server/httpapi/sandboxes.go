@@ -52,9 +52,14 @@ func createRequest(in openapi.CreateSandboxRequest) (sandbox.CreateRequest, erro
 	var errs []error
 	req := sandbox.CreateRequest{
 		Template: in.Template,
-		Network:  sandbox.Network(in.Network),
 		Labels:   in.Labels,
 		Env:      in.Env,
+	}
+	if n := in.Network; n != nil {
+		if n.Mode == "" {
+			errs = append(errs, sandbox.Invalid("network.mode", "missing (want none, allowlist or full)"))
+		}
+		req.Network, req.NetworkAllow, req.NetworkBlock = sandbox.Network(n.Mode), n.Allow, n.Block
 	}
 	var err error
 	if req.Timeout, err = seconds("timeout", in.Timeout); err != nil {

@@ -32,7 +32,7 @@ func wireSandbox(sb sandbox.Sandbox) openapi.Sandbox {
 			DiskMB:   sb.Spec.DiskBytes / sandbox.MiB,
 			Timeout:  int64(sb.Spec.TTL.Seconds()),
 		},
-		Network:     string(sb.Spec.Network),
+		Network:     openapi.NetworkPolicy{Mode: string(sb.Spec.Network), Allow: sb.Spec.NetworkAllow, Block: sb.Spec.NetworkBlock},
 		Labels:      labels,
 		Isolation:   wireIsolation(sb.Backend, sb.Isolation),
 		StateReason: sb.Error,

@@ -1,0 +1,259 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"sbx/internal/logkey"
+	"sbx/internal/network/proxy"
+	"sbx/internal/network/rules"
+	"sbx/internal/sandbox"
+)
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	// Dir holds the router's pinned namespace.
+	Dir string
+	// Subnet is the sandboxes' address range (DefaultSubnet when zero).
+	Subnet netip.Prefix
+	// Block lists ranges no sandbox may reach under any tier, besides the
+	// ones that are always out of reach (rules.NewForbidden).
+	Block []netip.Prefix
+	// Resolve finds a name's addresses; the proxy and the sandboxes'
+	// resolver both use it, so they agree.
+	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
+	// Dial opens upstream connections (default net.Dialer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	Log  *slog.Logger
+}
+
+// Event is one decision of the egress path about a sandbox's traffic.
+type Event = proxy.Event
+
+// eventsKept is how many events each sandbox keeps.
+const eventsKept = 512
+
+// Service is the daemon's egress path: the router, the proxy and the
+// resolver, and each sandbox's rules and events.
+type Service struct {
+	cfg       ServiceConfig
+	log       *slog.Logger
+	router    *Router
+	forbidden *rules.Forbidden
+	proxy     *proxy.Proxy
+
+	mu      sync.Mutex
+	rules   map[sandbox.ID]*rules.Set
+	events  map[sandbox.ID]*eventRing
+	closers []interface{ Close() error }
+	stop    chan struct{}
+	stopped sync.WaitGroup
+}
+
+// NewService returns the egress path. Nothing is made on the host until the
+// first sandbox is attached (or one of an earlier run re-adopted).
+func NewService(cfg ServiceConfig) (*Service, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, log: log.With(logkey.Component, "network"),
+		rules: map[sandbox.ID]*rules.Set{}, events: map[sandbox.ID]*eventRing{}, stop: make(chan struct{})}
+	var err error
+	if s.router, err = New(Config{Dir: cfg.Dir, Subnet: cfg.Subnet, Log: log}, s.listen); err != nil {
+		return nil, err
+	}
+	s.forbidden = rules.NewForbidden(append([]netip.Prefix{s.router.Subnet()}, cfg.Block...)...)
+	s.refreshLocal()
+	s.proxy = proxy.New(proxy.Config{
+		Policy:       s.policy,
+		OriginalDst:  OriginalDst,
+		Gateway:      s.router.Gateway(),
+		ExplicitPort: ExplicitProxyPort,
+		Resolve:      cfg.Resolve,
+		Forbidden:    s.forbidden,
+		Dial:         cfg.Dial,
+		Log:          s.record,
+		Logger:       s.log,
+	})
+	s.stopped.Add(1)
+	go s.refreshLoop()
+	return s, nil
+}
+
+// refreshLocal learns the host's own addresses, which no sandbox may reach.
+func (s *Service) refreshLocal() {
+	addrs, err := rules.HostAddrs()
+	if err != nil {
+		s.log.Warn("listing the host's addresses", logkey.Err, err)
+		return
+	}
+	s.forbidden.SetLocal(addrs)
+}
+
+// refreshLoop follows the host's addresses as they change.
+func (s *Service) refreshLoop() {
+	defer s.stopped.Done()
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.refreshLocal()
+		}
+	}
+}
+
+// listen opens the proxy's listener in the router's namespace, once.
+func (s *Service) listen(ns *os.File) error {
+	var ln net.Listener
+	err := inNetns(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", ProxyPort))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("opening the egress proxy's listener: %w", err)
+	}
+	s.mu.Lock()
+	s.closers = append(s.closers, ln)
+	s.mu.Unlock()
+	go s.proxy.Serve(ln)
+	return nil
+}
+
+// policy finds the sandbox behind a source address, and its rules.
+func (s *Service) policy(src netip.Addr) (proxy.Sandbox, bool) {
+	id, ok := s.router.Lookup(src)
+	if !ok {
+		return proxy.Sandbox{}, false
+	}
+	s.mu.Lock()
+	set := s.rules[id]
+	s.mu.Unlock()
+	if set == nil {
+		return proxy.Sandbox{}, false
+	}
+	return proxy.Sandbox{ID: string(id), Rules: set}, true
+}
+
+// record keeps an event of the proxy or resolver.
+func (s *Service) record(e Event) {
+	if !e.Allowed {
+		s.log.Info("egress refused", logkey.SandboxID, e.Sandbox, "destination", e.Dst, "protocol", e.Proto, "rule", e.Rule)
+	}
+	if e.Sandbox == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.events[sandbox.ID(e.Sandbox)]
+	if r == nil {
+		return // a sandbox that is gone
+	}
+	r.add(e)
+}
+
+// SetRules sets sandbox id's rules. Connections it has open through the
+// proxy are cut when the rules change, so none outlives what allowed it.
+func (s *Service) SetRules(id sandbox.ID, set *rules.Set) {
+	s.mu.Lock()
+	old := s.rules[id]
+	s.rules[id] = set
+	if s.events[id] == nil {
+		s.events[id] = &eventRing{}
+	}
+	s.mu.Unlock()
+	if old != nil && old != set {
+		s.proxy.Cut(string(id))
+	}
+}
+
+// Forget drops sandbox id's rules and events, and cuts its connections.
+func (s *Service) Forget(id sandbox.ID) {
+	s.mu.Lock()
+	delete(s.rules, id)
+	delete(s.events, id)
+	s.mu.Unlock()
+	s.proxy.Cut(string(id))
+}
+
+// Events returns sandbox id's recent events, oldest first, and how many it
+// had in all (allowed, refused).
+func (s *Service) Events(id sandbox.ID) (events []Event, allowed, refused int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.events[id]
+	if r == nil {
+		return nil, 0, 0
+	}
+	return r.list(), r.allowed, r.refused
+}
+
+// Attach connects sandbox id's network namespace (backend.Network).
+func (s *Service) Attach(ctx context.Context, id sandbox.ID, ns *os.File) (netip.Addr, error) {
+	return s.router.Attach(ctx, id, ns)
+}
+
+// Detach disconnects sandbox id (backend.Network).
+func (s *Service) Detach(ctx context.Context, id sandbox.ID) error {
+	return s.router.Detach(ctx, id)
+}
+
+// Gateway is the sandboxes' resolver and explicit proxy (backend.Network).
+func (s *Service) Gateway() netip.Addr { return s.router.Gateway() }
+
+// Adopt re-learns the sandboxes of an earlier run and removes the veths of
+// any not in keep.
+func (s *Service) Adopt(ctx context.Context, keep map[sandbox.ID]bool) error {
+	return s.router.Adopt(ctx, keep)
+}
+
+// Close stops serving. The router's namespace stays while sandboxes are
+// attached (the next daemon adopts them); remove drops it when none are.
+func (s *Service) Close(remove bool) error {
+	close(s.stop)
+	s.stopped.Wait()
+	s.mu.Lock()
+	closers := s.closers
+	s.closers = nil
+	s.mu.Unlock()
+	for _, c := range closers {
+		c.Close()
+	}
+	s.proxy.Close()
+	return s.router.Close(remove)
+}
+
+// eventRing keeps a sandbox's last events.
+type eventRing struct {
+	buf              []Event
+	next             int
+	allowed, refused int64
+}
+
+func (r *eventRing) add(e Event) {
+	if e.Allowed {
+		r.allowed++
+	} else {
+		r.refused++
+	}
+	if len(r.buf) < eventsKept {
+		r.buf = append(r.buf, e)
+		return
+	}
+	r.buf[r.next] = e
+	r.next = (r.next + 1) % eventsKept
+}
+
+func (r *eventRing) list() []Event {
+	return append(append([]Event{}, r.buf[r.next:]...), r.buf[:r.next]...)
+}
