@@ -22,6 +22,7 @@ import (
 	"sbx/internal/fault"
 	"sbx/internal/logkey"
 	"sbx/internal/manager"
+	"sbx/internal/network"
 	"sbx/internal/server/httpapi"
 	"sbx/internal/server/mcpserver"
 	"sbx/internal/store"
@@ -111,7 +112,18 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	base = base.With("instance", instance)
 	log = base.With(logkey.Component, "daemon")
 
-	drivers, unopened := openDrivers(ctx, cfg, instance, base)
+	netSvc, err := openNetwork(cfg, base)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The router namespace stays while sandboxes use it (the next
+		// daemon adopts them), and goes when none does.
+		if err := netSvc.Close(true); err != nil {
+			log.Warn("closing the egress network", logkey.Err, err)
+		}
+	}()
+	drivers, unopened := openDrivers(ctx, cfg, instance, base, netSvc)
 	for _, u := range unopened {
 		if errors.Is(u.Err, backend.ErrRefused) {
 			return fmt.Errorf("backend %s: %w", u.Name, u.Err)
@@ -137,6 +149,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		},
 		AuditRetention:  cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords,
+		Network:         managerNetwork(netSvc),
 	})
 	if err != nil {
 		return err
@@ -218,7 +231,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 
 // openDrivers opens each configured backend; one that fails is logged and
 // reported unopened, so health shows why.
-func openDrivers(ctx context.Context, cfg config.Config, instance string, base *slog.Logger) ([]manager.NamedDriver, []manager.UnopenedDriver) {
+func openDrivers(ctx context.Context, cfg config.Config, instance string, base *slog.Logger, netSvc *network.Service) ([]manager.NamedDriver, []manager.UnopenedDriver) {
 	log := base.With(logkey.Component, "daemon")
 	builtin.Register()
 	exe, err := os.Executable()
@@ -256,6 +269,7 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, base *
 			ArchiveMaxBytes:   cfg.ArchiveMaxBytes,
 			ArchiveMaxEntries: cfg.ArchiveMaxEntries,
 			UIDRange:          cfg.UIDRange,
+			Network:           backendNetwork(netSvc),
 		})
 		if err != nil {
 			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)

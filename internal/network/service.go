@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sbx/internal/logkey"
+	"sbx/internal/network/dns"
 	"sbx/internal/network/proxy"
 	"sbx/internal/network/rules"
 	"sbx/internal/sandbox"
@@ -25,9 +26,11 @@ type ServiceConfig struct {
 	// Block lists ranges no sandbox may reach under any tier, besides the
 	// ones that are always out of reach (rules.NewForbidden).
 	Block []netip.Prefix
-	// Resolve finds a name's addresses; the proxy and the sandboxes'
-	// resolver both use it, so they agree.
-	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
+	// Upstream finds a name's addresses (dns.Upstream); the proxy and the
+	// sandboxes' resolver both ask it, so they agree.
+	Upstream interface {
+		Lookup(ctx context.Context, name string) ([]netip.Addr, error)
+	}
 	// Dial opens upstream connections (default net.Dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	Log  *slog.Logger
@@ -47,6 +50,7 @@ type Service struct {
 	router    *Router
 	forbidden *rules.Forbidden
 	proxy     *proxy.Proxy
+	resolver  *dns.Server
 
 	mu      sync.Mutex
 	rules   map[sandbox.ID]*rules.Set
@@ -76,12 +80,23 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		OriginalDst:  OriginalDst,
 		Gateway:      s.router.Gateway(),
 		ExplicitPort: ExplicitProxyPort,
-		Resolve:      cfg.Resolve,
+		Resolve:      cfg.Upstream.Lookup,
 		Forbidden:    s.forbidden,
 		Dial:         cfg.Dial,
 		Log:          s.record,
 		Logger:       s.log,
 	})
+	s.resolver = &dns.Server{
+		Policy: func(src netip.Addr) (*rules.Set, string, bool) {
+			sb, ok := s.policy(src)
+			return sb.Rules, sb.ID, ok
+		},
+		Upstream:  cfg.Upstream,
+		Forbidden: s.forbidden,
+		Log: func(e dns.Event) {
+			s.record(Event{Time: e.Time, Sandbox: e.Sandbox, Src: e.Src, Dst: e.Name + " " + e.Type, Proto: "dns", Rule: e.Rule})
+		},
+	}
 	s.stopped.Add(1)
 	go s.refreshLoop()
 	return s, nil
@@ -112,21 +127,38 @@ func (s *Service) refreshLoop() {
 	}
 }
 
-// listen opens the proxy's listener in the router's namespace, once.
+// listen opens the proxy's and the resolver's sockets in the router's
+// namespace, once.
 func (s *Service) listen(ns *os.File) error {
-	var ln net.Listener
+	var (
+		proxyLn, dnsLn net.Listener
+		dnsPC          net.PacketConn
+	)
 	err := inNetns(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", ProxyPort))
-		return err
+		if proxyLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", ProxyPort)); err != nil {
+			return fmt.Errorf("the egress proxy's listener: %w", err)
+		}
+		if dnsLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", DNSPort)); err != nil {
+			proxyLn.Close()
+			return fmt.Errorf("the resolver's TCP listener: %w", err)
+		}
+		if dnsPC, err = net.ListenPacket("udp4", fmt.Sprintf("0.0.0.0:%d", DNSPort)); err != nil {
+			proxyLn.Close()
+			dnsLn.Close()
+			return fmt.Errorf("the resolver's UDP socket: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("opening the egress proxy's listener: %w", err)
+		return err
 	}
 	s.mu.Lock()
-	s.closers = append(s.closers, ln)
+	s.closers = append(s.closers, proxyLn, dnsLn, dnsPC)
 	s.mu.Unlock()
-	go s.proxy.Serve(ln)
+	go s.proxy.Serve(proxyLn)
+	go s.resolver.ServeStream(dnsLn)
+	go s.resolver.ServePacket(dnsPC)
 	return nil
 }
 
@@ -220,6 +252,9 @@ func (s *Service) Adopt(ctx context.Context, keep map[sandbox.ID]bool) error {
 // Close stops serving. The router's namespace stays while sandboxes are
 // attached (the next daemon adopts them); remove drops it when none are.
 func (s *Service) Close(remove bool) error {
+	if s == nil {
+		return nil
+	}
 	close(s.stop)
 	s.stopped.Wait()
 	s.mu.Lock()
@@ -230,6 +265,7 @@ func (s *Service) Close(remove bool) error {
 		c.Close()
 	}
 	s.proxy.Close()
+	s.resolver.Close()
 	return s.router.Close(remove)
 }
 
