@@ -3,6 +3,7 @@ package dns
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -47,14 +48,48 @@ type fakeAuth struct {
 	wg  sync.WaitGroup
 }
 
+// newFakeAuth starts a fake server on ip, UDP and TCP on one port: port, or
+// any free one when port is 0.
 func newFakeAuth(t *testing.T, ip string, port int, zone map[string]rrset) *fakeAuth {
 	t.Helper()
+	f, err := startFakeAuth(ip, port, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// newFakeAuthPair starts two fake servers on one port, at ip1 and ip2, as
+// resolv.conf's nameservers (which name no port) would be.
+func newFakeAuthPair(t *testing.T, ip1, ip2 string, zone func() map[string]rrset) (*fakeAuth, *fakeAuth) {
+	t.Helper()
+	var err error
+	for range 20 { // the port free at ip1 may be taken at ip2: try another
+		f1, err1 := startFakeAuth(ip1, 0, zone())
+		if err1 != nil {
+			t.Fatal(err1)
+		}
+		f2, err2 := startFakeAuth(ip2, f1.port(), zone())
+		if err2 == nil {
+			t.Cleanup(f1.stop)
+			t.Cleanup(f2.stop)
+			return f1, f2
+		}
+		f1.stop()
+		err = err2
+	}
+	t.Fatal(err)
+	return nil, nil
+}
+
+func startFakeAuth(ip string, port int, zone map[string]rrset) (*fakeAuth, error) {
 	f := &fakeAuth{zone: zone}
 	var err error
-	for range 20 { // the UDP port may be taken for TCP: try another
+	for range 20 { // the port free for UDP may be taken for TCP: try another
 		f.udp, err = net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		if err != nil {
-			t.Fatalf("fake DNS: %v", err)
+			return nil, fmt.Errorf("fake DNS: %w", err)
 		}
 		p := f.udp.LocalAddr().(*net.UDPAddr).Port
 		f.tcp, err = net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
@@ -64,21 +99,22 @@ func newFakeAuth(t *testing.T, ip string, port int, zone map[string]rrset) *fake
 		}
 		f.udp.Close()
 		if port != 0 {
-			t.Fatalf("fake DNS: %v", err)
+			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("fake DNS: %v", err)
+		return nil, fmt.Errorf("fake DNS: %w", err)
 	}
 	f.wg.Go(f.serveUDP)
 	f.wg.Go(f.serveTCP)
-	t.Cleanup(func() {
-		f.release()
-		f.udp.Close()
-		f.tcp.Close()
-		f.wg.Wait()
-	})
-	return f
+	return f, nil
+}
+
+func (f *fakeAuth) stop() {
+	f.release()
+	f.udp.Close()
+	f.tcp.Close()
+	f.wg.Wait()
 }
 
 func (f *fakeAuth) port() int { return f.udp.LocalAddr().(*net.UDPAddr).Port }

@@ -141,10 +141,12 @@ func (s *Server) goTracked(f func()) bool {
 
 // ServePacket answers the queries arriving on pc (UDP) until pc is closed, by
 // Close or by the caller, and then returns nil; any other read error is
-// returned. Answers never exceed 512 bytes, or the EDNS size a query
+// returned. Called after Close, it returns ErrServerClosed. It closes pc when
+// it returns. Answers never exceed 512 bytes, or the EDNS size a query
 // advertises (at most 1232): larger ones are truncated (TC) for TCP to retry.
 func (s *Server) ServePacket(pc net.PacketConn) error {
 	s.init()
+	defer pc.Close()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -213,10 +215,12 @@ func (s *Server) admit(src netip.Addr, req []byte) (resp []byte, done bool) {
 
 // ServeStream answers DNS over TCP on ln (RFC 7766: length-prefixed,
 // pipelined, answered as they complete) until ln is closed, by Close or by the
-// caller, and then returns nil. It bounds the connections per source and in
-// all, and closes a connection idle for IdleTimeout.
+// caller, and then returns nil; called after Close, it returns
+// ErrServerClosed. It closes ln when it returns. It bounds the connections per
+// source and in all, and closes a connection idle for IdleTimeout.
 func (s *Server) ServeStream(ln net.Listener) error {
 	s.init()
+	defer ln.Close()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

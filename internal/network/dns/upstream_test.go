@@ -237,8 +237,7 @@ func TestUpstreamHostsFileFirst(t *testing.T) {
 func TestUpstreamResolvConf(t *testing.T) {
 	// resolv.conf names no ports: both fake servers listen on one port, at
 	// 127.0.0.1 and 127.0.0.2, and the Upstream asks that port.
-	auth1 := newFakeAuth(t, "127.0.0.1", 0, testZone())
-	auth2 := newFakeAuth(t, "127.0.0.2", auth1.port(), testZone())
+	auth1, auth2 := newFakeAuthPair(t, "127.0.0.1", "127.0.0.2", testZone)
 	dir := t.TempDir()
 	resolv, hosts := filepath.Join(dir, "resolv.conf"), filepath.Join(dir, "hosts")
 	writeFile(t, resolv, "# test\nsearch example.com\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
