@@ -98,6 +98,9 @@ type Config struct {
 	// LLM is the model endpoint repl_execute's llm_query() reaches through
 	// the daemon, so no key ever enters a sandbox.
 	LLM LLM `toml:"llm"`
+
+	// Preview is how preview URLs are formed and recognised (preview.go).
+	Preview Preview `toml:"preview"`
 }
 
 // LLM is an OpenAI-compatible chat completions endpoint ([llm] in the file).
@@ -142,6 +145,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		ExecBurstPerKey:      1000,
 		AuditRetention:       7 * 24 * time.Hour,
 		AuditMaxRecords:      1_000_000,
+		Preview:              defaultPreview(),
 	}
 }
 
@@ -171,7 +175,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkPreview} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

@@ -212,6 +212,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	integer("SBX_AUDIT_MAX_RECORDS", "audit_max_records", &c.AuditMaxRecords)
 	integer64("SBX_ARCHIVE_MAX_BYTES", "archive_max_bytes", &c.ArchiveMaxBytes)
 	integer64("SBX_ARCHIVE_MAX_ENTRIES", "archive_max_entries", &c.ArchiveMaxEntries)
+	c.Preview.applyEnv(getenv)
 	return errors.Join(errs...)
 }
 

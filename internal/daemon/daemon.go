@@ -108,6 +108,10 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	if err != nil {
 		return err
 	}
+	previewSecret, err := ensurePreviewKey(dir, log)
+	if err != nil {
+		return err
+	}
 	base = base.With("instance", instance)
 	log = base.With(logkey.Component, "daemon")
 
@@ -137,6 +141,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		},
 		AuditRetention:  cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords,
+		PreviewSecret:   previewSecret,
 	})
 	if err != nil {
 		return err
@@ -170,7 +175,9 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// One tool set, served at /v1/tools and, over MCP, at /mcp.
 	set := tools.New(m, tools.Options{LLM: repl.LLM{URL: cfg.LLM.URL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey}})
 	mcpSrv := mcpserver.New(set, m, mcpserver.Options{Log: base})
-	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler()})
+	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler(),
+		Preview: httpapi.PreviewOptions{Domain: cfg.Preview.Domain, Scheme: cfg.Preview.Scheme,
+			PublicURL: cfg.Preview.PublicURL, Listen: tcp.Addr().String()}})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -137,6 +137,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) error {
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, wireSandbox(sb))
 	}
+	if err := s.publicPorts(r.Context(), out.Sandboxes, true /* all */); err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusOK, out)
 }
 
@@ -145,7 +148,11 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, wireSandbox(sb))
+	out := []openapi.Sandbox{wireSandbox(sb)}
+	if err := s.publicPorts(r.Context(), out, false); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out[0])
 }
 
 func (s *server) update(w http.ResponseWriter, r *http.Request) error {
@@ -166,7 +173,11 @@ func (s *server) update(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, wireSandbox(sb))
+	out := []openapi.Sandbox{wireSandbox(sb)}
+	if err := s.publicPorts(r.Context(), out, false); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out[0])
 }
 
 func (s *server) delete(w http.ResponseWriter, r *http.Request) error {
