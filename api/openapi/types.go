@@ -136,6 +136,8 @@ type Sandbox struct {
 	Isolation Isolation         `json:"isolation"`
 	// StateReason says why the sandbox is in state error or recovery_required.
 	StateReason string `json:"state_reason,omitempty"`
+	// PublicPorts are the ports served by preview URLs without a token.
+	PublicPorts []int `json:"public_ports"`
 }
 
 // Limits are a sandbox's admitted limits.

@@ -86,6 +86,17 @@ type NetworkSetter interface {
 	SetNetwork(ctx context.Context, id sandbox.ID, tier sandbox.Network) error
 }
 
+// PortDialer is implemented by drivers that can reach a TCP port inside a
+// running sandbox from the daemon's side, as preview URLs do. It is ingress:
+// the daemon reaching in, so it works under every network tier, none included.
+type PortDialer interface {
+	// DialPort opens a TCP connection to 127.0.0.1:port in sandbox id's
+	// network, bounded by ctx; the connection outlives ctx. Nothing listening
+	// fails with an error wrapping syscall.ECONNREFUSED; a sandbox the driver
+	// does not hold running, with sandbox.ErrNotFound. Safe for concurrent use.
+	DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error)
+}
+
 // Stats is the resource use of one sandbox.
 type Stats struct {
 	MemoryBytes     int64

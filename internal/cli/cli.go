@@ -70,6 +70,7 @@ func commands() []command {
 		{"ls", "list sandboxes", runLs},
 		{"get", "show a sandbox", runGet},
 		{"rm", "delete sandboxes", runRm},
+		{"url", "print the preview URL of a port of a sandbox", runURL},
 		{"tools", "list the agent tools", runTools},
 		{"tool", "call an agent tool in a sandbox", runTool},
 		{"health", "show the daemon's backends", runHealth},

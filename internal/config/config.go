@@ -102,6 +102,8 @@ type Config struct {
 
 	// Network is the egress path of the allowlist and full tiers.
 	Network Network `toml:"network"`
+	// Preview is how preview URLs are formed and recognised (preview.go).
+	Preview Preview `toml:"preview"`
 }
 
 // Network configures the egress path ([network] in the file): the router
@@ -169,6 +171,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		ExecBurstPerKey:      1000,
 		AuditRetention:       7 * 24 * time.Hour,
 		AuditMaxRecords:      1_000_000,
+		Preview:              defaultPreview(),
 	}
 }
 
@@ -198,7 +201,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

@@ -243,6 +243,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			c.Policy.Networks = append(c.Policy.Networks, sandbox.Network(t))
 		}
 	}
+	c.Preview.applyEnv(getenv)
 	return errors.Join(errs...)
 }
 

@@ -109,6 +109,10 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	if err != nil {
 		return err
 	}
+	previewSecret, err := ensurePreviewKey(dir, log)
+	if err != nil {
+		return err
+	}
 	base = base.With("instance", instance)
 	log = base.With(logkey.Component, "daemon")
 
@@ -150,6 +154,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		AuditRetention:  cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords,
 		Network:         managerNetwork(netSvc),
+		PreviewSecret:   previewSecret,
 	})
 	if err != nil {
 		return err
@@ -183,7 +188,9 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	// One tool set, served at /v1/tools and, over MCP, at /mcp.
 	set := tools.New(m, tools.Options{LLM: repl.LLM{URL: cfg.LLM.URL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey}})
 	mcpSrv := mcpserver.New(set, m, mcpserver.Options{Log: base})
-	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler()})
+	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler(),
+		Preview: httpapi.PreviewOptions{Domain: cfg.Preview.Domain, Scheme: cfg.Preview.Scheme,
+			PublicURL: cfg.Preview.PublicURL, Listen: tcp.Addr().String()}})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

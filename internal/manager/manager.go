@@ -70,6 +70,9 @@ type Options struct {
 	// check may take three quarters of it, and three misses in a row lose the
 	// agent. 0 means DefaultHeartbeat.
 	Heartbeat time.Duration
+	// PreviewSecret keys the sandboxes' preview tokens (preview.go); nil
+	// means a random one for this process's life.
+	PreviewSecret []byte
 }
 
 // UnopenedDriver is a configured driver that failed to open.
@@ -113,6 +116,8 @@ type Manager struct {
 	pool     *warmPool
 	watchers *watchers
 	auditor  *auditor
+
+	preview previewKey // signs preview tokens
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu
@@ -209,6 +214,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		deleting:     map[sandbox.ID]bool{},
 		limits:       newLimiter(opts.Limits),
 		flights:      map[flightKey]*flight{},
+		preview:      newPreviewKey(opts.PreviewSecret),
 	}
 	m.watchers = newWatchers(lifetime, cmp.Or(opts.Heartbeat, DefaultHeartbeat), m.log, m.lose)
 	m.pool = newWarmPool(opts.PoolSize, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {

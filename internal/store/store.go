@@ -136,6 +136,13 @@ var migrations = []string{
 	// 5: what each key may call (a JSON array of capabilities); '' is every
 	// capability, as keys had before.
 	`ALTER TABLE api_keys ADD COLUMN capabilities TEXT NOT NULL DEFAULT '';`,
+	// preview ports: the ports of each sandbox its owner made public (served
+	// without a preview token); they go with the sandbox's row.
+	`CREATE TABLE preview_public_ports (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+		port       INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+		PRIMARY KEY (sandbox_id, port)
+	);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -49,6 +49,7 @@ type Driver struct {
 	serveStarted bool
 	agents       map[sandbox.ID]*agentState // of started or recovered sandboxes
 	scripts      map[string]Run             // by command (Script)
+	ports        map[sandbox.ID]PortDial    // by sandbox (ServePorts)
 }
 
 // agentState is the fake agent of one sandbox; d.mu guards it.

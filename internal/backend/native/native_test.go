@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func requireJail(t *testing.T) {
+func requireJail(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireOverlay(t)
@@ -45,7 +45,7 @@ func requireJail(t *testing.T) {
 
 // openTest opens a driver on a fresh data dir under a unique instance, with a
 // leak audit checked at cleanup; argv replaces the agent.
-func openTest(t *testing.T, argv ...string) (*Driver, *testutil.LeakAudit) {
+func openTest(t testing.TB, argv ...string) (*Driver, *testutil.LeakAudit) {
 	t.Helper()
 	requireJail(t)
 	inst := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)

@@ -61,6 +61,9 @@ func classOf(err error) class {
 	if errors.As(err, &me) {
 		return class{nil, http.StatusMethodNotAllowed, openapi.CodeUnimplemented}
 	}
+	if c, ok := portClass(err); ok {
+		return c
+	}
 	for _, c := range classes {
 		if errors.Is(err, c.err) {
 			return c

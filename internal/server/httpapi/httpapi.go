@@ -39,6 +39,8 @@ type Options struct {
 	// MCP, when set, is served at /mcp behind the same API keys as /v1: the
 	// request's context carries its key (manager.KeyFrom).
 	MCP http.Handler
+	// Preview says how preview URLs are formed and recognised (preview.go).
+	Preview PreviewOptions
 }
 
 // DefaultMaxBodyBytes is the default bound of a JSON request body.
@@ -54,6 +56,8 @@ type server struct {
 	tools    *tools.Set
 	mcp      http.Handler
 	terms    *terminals
+	preview  preview
+	proxy    http.Handler // into sandboxes' ports (preview.go)
 }
 
 // New returns the /v1 handler over m.
@@ -73,7 +77,9 @@ func newServer(m *manager.Manager, opts Options) *server {
 		tools:    opts.Tools,
 		mcp:      opts.MCP,
 		terms:    newTerminals(),
+		preview:  newPreview(opts.Preview),
 	}
+	s.proxy = s.newProxy()
 	if s.tools == nil {
 		s.tools = tools.New(m, tools.Options{})
 	}
@@ -138,12 +144,16 @@ func (s *server) routes() []route {
 		{"PUT", sb + "/files/upload", "upload", false, s.upload},
 		{"GET", sb + "/files/archive", "download_archive", false, s.downloadArchive},
 		{"PUT", sb + "/files/archive", "upload_archive", false, s.uploadArchive},
-	}, s.toolRoutes(sb)...)
+	}, append(s.previewRoutes(sb), s.toolRoutes(sb)...)...)
 }
 
 // ServeHTTP sets the request id, puts the body under its minimum rate,
 // authenticates, routes, and answers unknown routes with the API's error body.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := s.preview.parseHost(r.Host); ok {
+		s.servePreviewHost(w, r, id, port) // a sandbox's port, not the API
+		return
+	}
 	rid := requestID(r)
 	w.Header().Set("X-Request-Id", rid)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -241,7 +251,7 @@ func (s *server) handle(rt route) http.Handler {
 			s.logRequest(r, rt, rw, began)
 		}()
 		var err error
-		if !rt.public {
+		if !rt.public && rt.op != proxyOp { // the proxy takes a preview token too
 			var k manager.Key
 			k, err = s.authenticate(r)
 			rw.keyID = k.ID

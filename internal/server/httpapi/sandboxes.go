@@ -142,6 +142,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) error {
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, wireSandbox(sb))
 	}
+	if err := s.publicPorts(r.Context(), out.Sandboxes, true /* all */); err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusOK, out)
 }
 
@@ -150,7 +153,11 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, wireSandbox(sb))
+	out := []openapi.Sandbox{wireSandbox(sb)}
+	if err := s.publicPorts(r.Context(), out, false); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out[0])
 }
 
 func (s *server) update(w http.ResponseWriter, r *http.Request) error {
@@ -171,7 +178,11 @@ func (s *server) update(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, wireSandbox(sb))
+	out := []openapi.Sandbox{wireSandbox(sb)}
+	if err := s.publicPorts(r.Context(), out, false); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out[0])
 }
 
 func (s *server) delete(w http.ResponseWriter, r *http.Request) error {

@@ -36,6 +36,7 @@ func wireSandbox(sb sandbox.Sandbox) openapi.Sandbox {
 		Labels:      labels,
 		Isolation:   wireIsolation(sb.Backend, sb.Isolation),
 		StateReason: sb.Error,
+		PublicPorts: []int{}, // the server fills them (publicPorts)
 	}
 }
 
