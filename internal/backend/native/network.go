@@ -6,8 +6,6 @@ package native
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 
 	"sbx/internal/backend"
 	"sbx/internal/sandbox"
@@ -46,26 +44,12 @@ func (d *Driver) checkNetwork(tier sandbox.Network) error {
 	return nil
 }
 
-// netns opens the network namespace of b's init, making sure the pid still
-// names it.
-func (b *box) netns() (*os.File, error) {
-	if !b.proc.Held() {
-		return nil, fmt.Errorf("sandbox %s has no running init", b.id)
-	}
-	f, err := os.Open("/proc/" + strconv.Itoa(b.proc.Pid) + "/ns/net")
-	if err != nil {
-		return nil, fmt.Errorf("opening the network namespace of sandbox %s: %w", b.id, err)
-	}
-	if st, err := backend.ProcStart(b.proc.Pid); err != nil || st != b.proc.Start {
-		f.Close()
-		return nil, fmt.Errorf("sandbox %s: its init is gone", b.id)
-	}
-	return f, nil
-}
-
 // connect attaches b to the egress path.
 func (d *Driver) connect(ctx context.Context, b *box) error {
-	ns, err := b.netns()
+	if !b.proc.Held() || b.proc.PidFD == nil {
+		return fmt.Errorf("sandbox %s has no running init", b.id)
+	}
+	ns, err := openNetNS(b.proc)
 	if err != nil {
 		return err
 	}
