@@ -257,6 +257,13 @@ func TestCmdRunsInNamespace(t *testing.T) {
 	if got := n.HTTPRequests(AllowedName); len(got) != 1 || got[0].Path != "/from-curl" || !strings.HasPrefix(got[0].Header.Get("User-Agent"), "curl/") {
 		t.Errorf("HTTPRequests(allowed.test) = %v", got)
 	}
+	// A program's own lookup goes to the test host's nameserver address,
+	// which from host is routed to inet: the catch-all logs it.
+	n.Cmd(n.HostNS, "timeout", "0.5", "getent", "hosts", "probe.evil.test").Run()
+	e := waitFor(t, n, "the lookup through resolv.conf", func(e Event) bool { return e.Kind == KindDNS && e.Name == "probe.evil.test" })
+	if !e.CatchAll || e.Local.Port() != 53 || e.Remote.Addr() != HostAddr {
+		t.Errorf("logged %v, want the catch-all's", e)
+	}
 }
 
 // fakenetMounts returns the mountinfo lines mentioning a fakenet pin directory.

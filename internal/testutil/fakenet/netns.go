@@ -84,6 +84,13 @@ func sweepStale() {
 // pinned at ns (HostNS, InetNS, or any nsfs path such as /proc/self/ns/net), and
 // that ends when fn returns. Sockets fn creates stay in that namespace and may
 // be used from any goroutine afterwards.
+//
+// Only fn's own thread is in ns: a socket the Go runtime makes on another
+// goroutine is not. net.Dial of a name with several addresses does exactly
+// that (it races them on new goroutines), and its name lookup reads the test
+// host's resolv.conf; use Dial, Listen, ListenPacket, Resolver or HTTPClient,
+// which resolve through the fake DNS server, dial one address at a time, and
+// refuse any socket outside ns before it sends.
 func (n *Internet) Do(ns string, fn func() error) error { return do(ns, fn) }
 
 func do(ns string, fn func() error) error {
@@ -101,8 +108,11 @@ func do(ns string, fn func() error) error {
 }
 
 // Cmd returns a command that runs name with args in the network namespace ns,
-// through util-linux's nsenter; the rest of its context (mounts, pid namespace,
-// environment) is the test process's.
+// through util-linux's nsenter; the rest of its context (mounts, so /etc and
+// /sys, pid namespace, environment) is the test process's. In host, a name it
+// looks up through the test host's resolv.conf goes to that nameserver's
+// address, which routes to inet's catch-all: logged, never answered. Give it
+// addresses (curl --resolve) or point it at Nameserver.
 func (n *Internet) Cmd(ns string, name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=" + ns, "--", name}, args...)...)
 }
