@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,6 +103,12 @@ type daemon struct {
 	log      *lockedBuffer
 	done     chan struct{}
 	env      []string
+	// netns, when set, is the network namespace the daemon runs in (its
+	// TCP listener is out of the test's reach there): the API is spoken
+	// over its unix socket, which cliURL names for the CLI.
+	netns  string
+	cliURL string
+	hc     *http.Client
 }
 
 type lockedBuffer struct {
@@ -133,6 +140,13 @@ func startDaemon(t *testing.T, dataDir string, env ...string) *daemon {
 // startDaemonBin is startDaemon with the sbx binary bin (a build with other tags).
 func startDaemonBin(t *testing.T, bin, dataDir string, env ...string) *daemon {
 	t.Helper()
+	return startDaemonNetns(t, bin, dataDir, "", env...)
+}
+
+// startDaemonNetns is startDaemonBin with the daemon in network namespace
+// netns ("" for the test's own).
+func startDaemonNetns(t *testing.T, bin, dataDir, netns string, env ...string) *daemon {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 		// Runs before the temp dir goes: a pool a killed daemon left mounted
@@ -143,8 +157,12 @@ func startDaemonBin(t *testing.T, bin, dataDir string, env ...string) *daemon {
 			}
 		})
 	}
-	d := &daemon{t: t, dataDir: dataDir, log: &lockedBuffer{}, done: make(chan struct{}), env: env}
-	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dataDir, "sbx.sock"))
+	d := &daemon{t: t, dataDir: dataDir, log: &lockedBuffer{}, done: make(chan struct{}), env: env, netns: netns, hc: http.DefaultClient}
+	sock := filepath.Join(dataDir, "sbx.sock")
+	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", sock)
+	if netns != "" {
+		d.cmd = exec.Command("nsenter", append([]string{"--net=" + netns, bin}, d.cmd.Args[1:]...)...)
+	}
 	d.cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	d.cmd.Stdout = io.MultiWriter(pw, d.log)
@@ -172,6 +190,14 @@ func startDaemonBin(t *testing.T, bin, dataDir string, env ...string) *daemon {
 	}()
 	select {
 	case d.url = <-found:
+		d.cliURL = d.url
+		if netns != "" {
+			d.url, d.cliURL = "http://sbx", "unix:"+sock
+			d.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var nd net.Dialer
+				return nd.DialContext(ctx, "unix", sock)
+			}}}
+		}
 	case <-d.done:
 		t.Fatalf("sbx serve exited early: %v\n%s", d.cmd.ProcessState, d.log.String())
 	case <-time.After(60 * time.Second):
@@ -259,7 +285,7 @@ func (d *daemon) cliIn(stdin io.Reader, args ...string) (stdout, stderr string, 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sbxBin, args...)
-	cmd.Env = append(os.Environ(), "SBX_URL="+d.url, "SBX_API_KEY="+d.key)
+	cmd.Env = append(os.Environ(), "SBX_URL="+d.cliURL, "SBX_API_KEY="+d.key)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &o, &e, stdin
 	err := cmd.Run()
@@ -312,7 +338,7 @@ func (d *daemon) apiKeyHeaders(key, method, path string, body any) (int, http.He
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := d.hc.Do(req)
 	if err != nil {
 		d.t.Fatalf("%s %s: %v", method, path, err)
 	}
