@@ -216,6 +216,14 @@ func startDaemonNetns(t *testing.T, bin, dataDir, netns string, env ...string) *
 	return d
 }
 
+// client is the HTTP client that reaches the daemon.
+func (d *daemon) client() *http.Client {
+	if d.hc == nil {
+		return http.DefaultClient
+	}
+	return d.hc
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (d *daemon) stop() {
 	d.t.Helper()
@@ -338,7 +346,7 @@ func (d *daemon) apiKeyHeaders(key, method, path string, body any) (int, http.He
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := d.hc.Do(req)
+	resp, err := d.client().Do(req)
 	if err != nil {
 		d.t.Fatalf("%s %s: %v", method, path, err)
 	}

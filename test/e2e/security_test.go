@@ -157,10 +157,43 @@ var catalogue = []entry{
 		setup: rs10Setup, control: rs10Control, attackProbe: rs10Attack},
 	{id: "RS-11", attack: "archive bombs: gzip ratio, 10 GiB entry, millions of entries, depth, nesting", backends: nativeOnly,
 		setup: rs11Setup, control: rs11Control, attackProbe: rs11Attack},
+	{id: "RS-12", attack: "one sandbox floods the egress proxy with 3000 connections", backends: nativeOnly,
+		setup: nw15Setup, control: rs12Control, attackProbe: nw15Attack},
 	{id: "RS-13", attack: "N sandboxes spinning; nproc and cpuinfo", backends: nativeOnly,
 		setup: rs13Setup, control: rs13Control, attackProbe: rs13Attack},
 	{id: "RS-14", attack: "creates beyond the per-key and global sandbox limits", backends: bothBackends,
 		setup: rs14Setup, control: rs14Control, attackProbe: rs14Attack, evidence: rs14Evidence},
+
+	{id: "NW-01", attack: "default tier: curl, wget, /dev/tcp, getent, ssh, UDP", backends: nativeOnly,
+		setup: nw01Setup, control: nw01Control, attackProbe: nw01Attack},
+	{id: "NW-02", attack: "a blocked domain through the proxy, HTTP and CONNECT", backends: nativeOnly,
+		setup: nw02Setup, control: nw02Control, attackProbe: nw02Attack},
+	{id: "NW-03", attack: "bypass: no proxy variables, raw sockets, own resolver", backends: nativeOnly,
+		setup: nw03Setup, control: nw03Control, attackProbe: nw03Attack},
+	{id: "NW-04", attack: "IP literals: dotted, decimal, octal, hex, ::ffff:, [::1]", backends: nativeOnly,
+		setup: nw04Setup, control: nw04Control, attackProbe: nw04Attack},
+	{id: "NW-05", attack: "fronting: SNI in a tunnel, Host to an IP, absolute URI vs Host", backends: nativeOnly,
+		setup: nw05Setup, control: nw05Control, attackProbe: nw05Attack},
+	{id: "NW-06", attack: "DNS exfiltration: lookups, TXT, direct UDP/TCP 53, DoH", backends: nativeOnly,
+		setup: nw06Setup, control: nw06Control, attackProbe: nw06Attack},
+	{id: "NW-07", attack: "IPv6: literals, fe80::, ULA, AAAA-only names", backends: nativeOnly,
+		setup: nw07Setup, control: nw07Control, attackProbe: nw07Attack},
+	{id: "NW-08", attack: "metadata by address (v4, v6, ECS, Alibaba), token flow, by name", backends: nativeOnly,
+		setup: nw08Setup, control: nw08Control, attackProbe: nw08Attack},
+	{id: "NW-09", attack: "the host's address, loopback by rebinding, the LAN, the gateway", backends: nativeOnly,
+		setup: nw09Setup, control: nw09Control, attackProbe: nw09Attack},
+	{id: "NW-10", attack: "sandbox A to B: address, ports, broadcast, mDNS, ARP", backends: nativeOnly,
+		setup: nw10Setup, control: nw10Control, attackProbe: nw10Attack},
+	{id: "NW-11", attack: "UDP/QUIC, ICMP, CONNECT to :22 and :25", backends: nativeOnly,
+		setup: nw11Setup, control: nw11Control, attackProbe: nw11Attack},
+	{id: "NW-13", attack: "A speaks to the proxy as B, or from a spoofed address", backends: nativeOnly,
+		setup: nw13Setup, control: nw13Control, attackProbe: nw13Attack},
+	{id: "NW-14", attack: "a blocked connection whose handshake completes at the proxy", backends: nativeOnly,
+		setup: nw14Setup, control: nw14Control, attackProbe: nw14Attack},
+	{id: "NW-15", attack: "64 MiB PUT in a tunnel; 3000 held connections, slowloris", backends: nativeOnly,
+		setup: nw15Setup, control: nw15Control, attackProbe: nw15Attack},
+	{id: "NW-16", attack: "tighten a running sandbox's policy", backends: nativeOnly,
+		setup: nw16Setup, control: nw16Control, attackProbe: nw16Attack},
 
 	{id: "AP-01", attack: "router walk with missing, malformed, revoked keys", backends: bothBackends,
 		control: ap01Control, attackProbe: ap01Attack},
@@ -566,7 +599,7 @@ func (d *daemon) apiQuiet(method, path string, body any) (int, []byte) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := d.client().Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
 	}
