@@ -97,6 +97,14 @@ type PortDialer interface {
 	DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error)
 }
 
+// CheckPort refuses a port outside 1-65535 for DialPort, naming it.
+func CheckPort(op string, id sandbox.ID, port int) error {
+	if port < 1 || port > 65535 {
+		return &sandbox.Error{Op: op, ID: id, Err: sandbox.Invalid("port", "%d is outside [1, 65535]", port)}
+	}
+	return nil
+}
+
 // Stats is the resource use of one sandbox.
 type Stats struct {
 	MemoryBytes     int64

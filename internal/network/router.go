@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -320,47 +319,6 @@ func (r *Router) Detach(ctx context.Context, id sandbox.ID) error {
 	}
 	if len(errs) == 0 {
 		r.log.DebugContext(ctx, "detached", logkey.SandboxID, id)
-	}
-	return errors.Join(errs...)
-}
-
-// Adopt re-learns, after a daemon restart, the addresses of the sandboxes
-// whose veths are still in the router namespace: those in keep. Veths of any
-// other sandbox are removed. It opens the namespace only if it exists.
-func (r *Router) Adopt(ctx context.Context, keep map[sandbox.ID]bool) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ns == nil {
-		if _, err := os.Stat(r.pin); err != nil {
-			return nil
-		}
-		if err := r.open(); err != nil {
-			return err
-		}
-	}
-	byName := map[string]sandbox.ID{}
-	for id := range keep {
-		byName[vethName(id)] = id
-	}
-	links, err := r.nl.LinkList()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, l := range links {
-		name := l.Attrs().Name
-		if !strings.HasPrefix(name, vethPrefix) {
-			continue
-		}
-		id, ok := byName[name]
-		if !ok {
-			r.log.InfoContext(ctx, "removing the veth of a sandbox that is gone", "veth", name)
-			errs = append(errs, r.nl.LinkDel(l))
-			continue
-		}
-		if a, ok := r.routedAddr(l); ok {
-			r.byID[id], r.byAddr[a] = a, id
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -273,40 +273,46 @@ func TestAttach(t *testing.T) {
 	}
 }
 
-// TestAdopt checks a new router over the same directory finds the veths of
-// the sandboxes it is told to keep and removes the others.
-func TestAdopt(t *testing.T) {
+// TestReadopt checks a router restarted over the same directory (a daemon
+// restart) adopts a sandbox's veth and address rather than making new ones.
+func TestReadopt(t *testing.T) {
 	r, ls := newTestRouter(t)
 	ctx := context.Background()
-	keep, gone := sandbox.NewID(), sandbox.NewID()
-	nsK, nsG := newNetns(t), newNetns(t)
-	a, err := r.Attach(ctx, keep, nsK)
+	id := sandbox.NewID()
+	ns := newNetns(t)
+	a, err := r.Attach(ctx, id, ns)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Attach(ctx, gone, nsG); err != nil {
 		t.Fatal(err)
 	}
 	// What a daemon's exit leaves: the namespace and its veths.
 	ls.proxy.Close()
 	ls.dns.Close()
-	r.mu.Lock()
-	r.nl.Close()
-	r.ns.Close()
-	r.nl, r.ns = nil, nil
+	if err := r.Close(false); err != nil {
+		t.Fatal(err)
+	}
 	r.byID, r.byAddr = map[sandbox.ID]netip.Addr{}, map[netip.Addr]sandbox.ID{}
-	r.mu.Unlock()
 
-	if err := r.Adopt(ctx, map[sandbox.ID]bool{keep: true}); err != nil {
-		t.Fatal(err)
+	got, err := r.Attach(ctx, id, ns)
+	if err != nil || got != a {
+		t.Fatalf("Attach after a restart = %v, %v; want the same address %s", got, err, a)
 	}
-	if got, ok := r.Addr(keep); !ok || got != a {
-		t.Errorf("adopted address %v, %v; want %s", got, ok, a)
+	links, _ := r.nl.LinkList()
+	n := 0
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, vethPrefix) {
+			n++
+		}
 	}
-	if _, err := r.nl.LinkByName(vethName(gone)); err == nil {
-		t.Error("the veth of a sandbox not kept is still there")
+	if n != 1 {
+		t.Errorf("%d veths in the router after re-adoption, want 1", n)
 	}
-	if err := r.Detach(ctx, keep); err != nil {
-		t.Fatal(err)
+	id2 := sandbox.NewID()
+	if other, err := r.Attach(ctx, id2, newNetns(t)); err != nil || other == a {
+		t.Errorf("a new sandbox after re-adoption got %v, %v", other, err)
+	}
+	for _, x := range []sandbox.ID{id, id2} {
+		if err := r.Detach(ctx, x); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

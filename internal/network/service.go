@@ -243,12 +243,6 @@ func (s *Service) Detach(ctx context.Context, id sandbox.ID) error {
 // Gateway is the sandboxes' resolver and explicit proxy (backend.Network).
 func (s *Service) Gateway() netip.Addr { return s.router.Gateway() }
 
-// Adopt re-learns the sandboxes of an earlier run and removes the veths of
-// any not in keep.
-func (s *Service) Adopt(ctx context.Context, keep map[sandbox.ID]bool) error {
-	return s.router.Adopt(ctx, keep)
-}
-
 // Close stops serving. The router's namespace stays while sandboxes are
 // attached (the next daemon adopts them); remove drops it when none are.
 func (s *Service) Close(remove bool) error {

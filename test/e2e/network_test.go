@@ -196,3 +196,65 @@ func TestNetworkTiers(t *testing.T) {
 		t.Errorf("the daemon's log has no egress refusal naming the sandbox")
 	}
 }
+
+// TestNetworkRestart: a networked sandbox keeps its network, and its rules,
+// across a daemon restart; a sandbox deleted while the daemon was down
+// leaves no veth behind; the router namespace goes with the last sandbox.
+func TestNetworkRestart(t *testing.T) {
+	d, inet := netDaemon(t)
+	keep := netSandbox(t, d, inet, map[string]any{"mode": "allowlist", "allow": []string{"allowed.test"}})
+	if r := d.sh(keep, "curl -sS -m 5 http://allowed.test/"); len(inet.HTTPRequests("allowed.test")) == 0 {
+		t.Fatalf("control before the restart: %+v", r)
+	}
+	d.stop()
+	pin := filepath.Join(d.dataDir, "network", "router.netns")
+	if _, err := os.Stat(pin); err != nil {
+		t.Fatalf("the router namespace went with the daemon while a sandbox uses it: %v", err)
+	}
+	d2 := startDaemonNetns(t, sbxBin, d.dataDir, inet.HostNS, d.env...)
+	*d = *d2 // the cleanup deletes and audits through the new daemon
+	inet.Reset()
+	if r := d.sh(keep, "curl -sS -m 5 http://allowed.test/"); len(inet.HTTPRequests("allowed.test")) == 0 {
+		t.Fatalf("after the restart, allowed.test is out of reach: %+v", r)
+	}
+	inet.Reset()
+	r := d.sh(keep, "curl -sS -m 5 -o /dev/null -w '%{http_code}' http://blocked.test/")
+	if r.Stdout != "403" || len(inet.HTTPRequests("blocked.test")) != 0 {
+		t.Fatalf("after the restart, blocked.test: %q, far end %v", r.Stdout, inet.Log())
+	}
+	// A second sandbox gets another address, not the re-adopted one's.
+	other := netSandbox(t, d, inet, map[string]any{"mode": "full"})
+	addr := func(id string) string {
+		return strings.TrimSpace(d.sh(id, "ip -4 -o addr show eth0 | awk '{print $4}'").Stdout)
+	}
+	if a, b := addr(keep), addr(other); a == "" || a == b {
+		t.Errorf("addresses after the restart: %q and %q", a, b)
+	}
+	// PUT network: none takes the veth away, allowlist brings one back.
+	if st, b := d.api("PUT", "/v1/sandboxes/"+other+"/network", map[string]any{"mode": "none"}); st != 200 {
+		t.Fatalf("PUT network none: %d %s", st, b)
+	}
+	if out := d.sh(other, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").Stdout; strings.TrimSpace(out) != "lo" {
+		t.Errorf("after PUT none, interfaces: %q", out)
+	}
+	if st, b := d.api("PUT", "/v1/sandboxes/"+other+"/network", map[string]any{"mode": "allowlist", "allow": []string{"allowed.test"}}); st != 200 {
+		t.Fatalf("PUT network allowlist: %d %s", st, b)
+	}
+	inet.Reset()
+	d.sh(other, "curl -sS -m 5 --noproxy '*' http://allowed.test/")
+	if len(inet.HTTPRequests("allowed.test")) == 0 {
+		t.Errorf("after PUT allowlist, allowed.test is out of reach")
+	}
+	for _, bad := range []map[string]any{
+		{"mode": "sideways"},
+		{"mode": "none", "allow": []string{"allowed.test"}},
+		{"mode": "allowlist", "allow": []string{"exa mple.com"}},
+		{"mode": "allowlist", "allow": []string{"10.0.0.0/33"}},
+		{"allow": []string{"allowed.test"}},
+	} {
+		st, b := d.api("PUT", "/v1/sandboxes/"+other+"/network", bad)
+		if st != 400 || !strings.Contains(string(b), "network.") {
+			t.Errorf("PUT network %v: %d %s, want 400 naming the field", bad, st, b)
+		}
+	}
+}

@@ -36,14 +36,15 @@ func (d *Driver) ServePorts(id sandbox.ID, dial PortDial) {
 // DialPort implements backend.PortDialer; it records the call.
 func (d *Driver) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error) {
 	const op = "dial_port"
+	if err := backend.CheckPort(op, id, port); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	d.record("DialPort", id)
 	running := d.running[id]
 	dial := d.ports[id]
 	d.mu.Unlock()
 	switch {
-	case port < 1 || port > 65535:
-		return nil, &sandbox.Error{Op: op, ID: id, Err: sandbox.Invalid("port", "%d is outside [1, 65535]", port)}
 	case !running:
 		return nil, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w: it is not running", sandbox.ErrNotFound)}
 	case dial == nil:

@@ -20,8 +20,8 @@ var _ backend.PortDialer = (*Driver)(nil)
 // the sandbox's processes opened.
 func (d *Driver) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error) {
 	const op = "dial_port"
-	if port < 1 || port > 65535 {
-		return nil, &sandbox.Error{Op: op, ID: id, Err: sandbox.Invalid("port", "%d is outside [1, 65535]", port)}
+	if err := backend.CheckPort(op, id, port); err != nil {
+		return nil, err
 	}
 	b, held, err := d.lookup(op, id)
 	if err != nil {
