@@ -77,6 +77,9 @@ type Network interface {
 	Detach(ctx context.Context, id sandbox.ID) error
 	// Gateway is the sandboxes' resolver and explicit proxy address.
 	Gateway() netip.Addr
+	// CACertPEM is the certificate of the egress proxy's CA, which the
+	// sandboxes must trust (proxy-mode secrets).
+	CACertPEM() []byte
 }
 
 // NetworkSetter is implemented by drivers that can change a running

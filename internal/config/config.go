@@ -127,6 +127,10 @@ type Network struct {
 	// never reachable (loopback, link-local and metadata, the host's own
 	// addresses, the sandboxes'). Env SBX_NETWORK_BLOCK (comma-separated).
 	Block []string `toml:"block"`
+	// UpstreamCAFile holds CA certificates (PEM) the egress proxy trusts,
+	// besides the system's, where it speaks TLS to an upstream itself
+	// (proxy-mode secrets). Env SBX_NETWORK_UPSTREAM_CA.
+	UpstreamCAFile string `toml:"upstream_ca_file"`
 }
 
 // LLM is an OpenAI-compatible chat completions endpoint ([llm] in the file).

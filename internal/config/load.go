@@ -235,6 +235,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	list("SBX_NETWORK_NAMESERVERS", &c.Network.Nameservers)
 	str("SBX_NETWORK_HOSTS_FILE", &c.Network.HostsFile)
 	list("SBX_NETWORK_BLOCK", &c.Network.Block)
+	str("SBX_NETWORK_UPSTREAM_CA", &c.Network.UpstreamCAFile)
 	var tiers []string
 	list("SBX_NETWORKS", &tiers)
 	if tiers != nil {

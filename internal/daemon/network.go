@@ -3,7 +3,9 @@
 package daemon
 
 import (
+	"crypto/x509"
 	"fmt"
+	"os"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -31,6 +33,20 @@ func openNetwork(cfg config.Config, base *slog.Logger) (*network.Service, error)
 	}
 	for _, b := range cfg.Network.Block {
 		sc.Block = append(sc.Block, netip.MustParsePrefix(b))
+	}
+	if f := cfg.Network.UpstreamCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("network.upstream_ca_file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("network.upstream_ca_file: %s holds no PEM certificate", f)
+		}
+		sc.UpstreamRoots = pool
 	}
 	s, err := network.NewService(sc)
 	if err != nil {

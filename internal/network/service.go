@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,6 +32,9 @@ type ServiceConfig struct {
 	Upstream interface {
 		Lookup(ctx context.Context, name string) ([]netip.Addr, error)
 	}
+	// UpstreamRoots verify the upstreams' certificates where the proxy
+	// speaks TLS to them itself (proxy-mode secrets); nil: the system's.
+	UpstreamRoots *x509.CertPool
 	// Dial opens upstream connections (default net.Dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	Log  *slog.Logger
@@ -51,6 +55,8 @@ type Service struct {
 	forbidden *rules.Forbidden
 	proxy     *proxy.Proxy
 	resolver  *dns.Server
+	ca        *CA
+	secrets   secretBook
 
 	mu      sync.Mutex
 	rules   map[sandbox.ID]*rules.Set
@@ -73,18 +79,24 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if s.router, err = New(Config{Dir: cfg.Dir, Subnet: cfg.Subnet, Log: log}, s.listen); err != nil {
 		return nil, err
 	}
+	if s.ca, err = LoadCA(cfg.Dir); err != nil {
+		return nil, err
+	}
 	s.forbidden = rules.NewForbidden(append([]netip.Prefix{s.router.Subnet()}, cfg.Block...)...)
 	s.refreshLocal()
 	s.proxy = proxy.New(proxy.Config{
-		Policy:       s.policy,
-		OriginalDst:  OriginalDst,
-		Gateway:      s.router.Gateway(),
-		ExplicitPort: ExplicitProxyPort,
-		Resolve:      cfg.Upstream.Lookup,
-		Forbidden:    s.forbidden,
-		Dial:         cfg.Dial,
-		Log:          s.record,
-		Logger:       s.log,
+		Policy:        s.policy,
+		OriginalDst:   OriginalDst,
+		Gateway:       s.router.Gateway(),
+		ExplicitPort:  ExplicitProxyPort,
+		Resolve:       cfg.Upstream.Lookup,
+		Forbidden:     s.forbidden,
+		Dial:          cfg.Dial,
+		Log:           s.record,
+		Logger:        s.log,
+		Secrets:       s,
+		Leaf:          s.ca.Leaf,
+		UpstreamRoots: cfg.UpstreamRoots,
 	})
 	s.resolver = &dns.Server{
 		Policy: func(src netip.Addr) (*rules.Set, string, bool) {
@@ -216,6 +228,7 @@ func (s *Service) Forget(id sandbox.ID) {
 	delete(s.events, id)
 	s.mu.Unlock()
 	s.proxy.Cut(string(id))
+	s.ForgetSecrets(id)
 }
 
 // Events returns sandbox id's recent events, oldest first, and how many it
@@ -239,6 +252,10 @@ func (s *Service) Attach(ctx context.Context, id sandbox.ID, ns *os.File) (netip
 func (s *Service) Detach(ctx context.Context, id sandbox.ID) error {
 	return s.router.Detach(ctx, id)
 }
+
+// CACertPEM is the certificate the sandboxes trust for the proxy's
+// interceptions (backend.Network).
+func (s *Service) CACertPEM() []byte { return s.ca.CertPEM() }
 
 // Gateway is the sandboxes' resolver and explicit proxy (backend.Network).
 func (s *Service) Gateway() netip.Addr { return s.router.Gateway() }

@@ -123,7 +123,11 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 		}
 	}()
 	layers := filepath.Join(opts.DataDir, "layers")
-	etc, err := mount.BuildEtc(layers, "/etc")
+	var ca []byte
+	if opts.Network != nil {
+		ca = opts.Network.CACertPEM()
+	}
+	etc, err := mount.BuildEtc(layers, "/etc", ca)
 	if err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"sbx/internal/backend"
+	"sbx/internal/isolation/mount"
 	"sbx/internal/sandbox"
 )
 
@@ -17,8 +18,12 @@ import (
 func proxyEnv(n backend.Network) []string {
 	u := "http://" + n.Gateway().String() + ":3128"
 	noProxy := "localhost,127.0.0.1,::1"
+	// Programs with trust stores of their own (node, pip's and requests'
+	// certifi) are pointed at the one that holds the proxy's CA.
+	const bundle = "/etc/ssl/certs/ca-certificates.crt"
 	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
-		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy}
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+		"NODE_EXTRA_CA_CERTS=" + mount.EgressCAFile, "REQUESTS_CA_BUNDLE=" + bundle, "SSL_CERT_FILE=" + bundle, "PIP_CERT=" + bundle}
 }
 
 // resolvConf is the sandboxes' /etc/resolv.conf: the gateway's resolver.

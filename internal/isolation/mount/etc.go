@@ -52,10 +52,12 @@ var EtcAllow = []string{
 // sockets skipped; nothing of EtcSecrets), owned by root, and passwd and
 // group holding the host's system accounts (ids below 1000, and nobody)
 // and a regular user, "user" (1000), with shadow and gshadow made for them,
-// locked (the host's are never copied). The layer is named by a hash of what
-// it copies (paths, modes, sizes, times, link targets) and reused while
-// that stays the same.
-func BuildEtc(parent, hostEtc string) (string, error) {
+// locked (the host's are never copied). extraCA, when set, is a CA
+// certificate (PEM) the sandboxes trust besides the host's: it is written
+// as ssl/certs/sbx-egress-ca.pem and appended to ssl/certs/ca-certificates.crt.
+// The layer is named by a hash of what it copies (paths, modes, sizes,
+// times, link targets) and of extraCA, and reused while that stays the same.
+func BuildEtc(parent, hostEtc string, extraCA []byte) (string, error) {
 	var entries []string
 	for _, pat := range EtcAllow {
 		m, err := filepath.Glob(filepath.Join(hostEtc, pat))
@@ -110,6 +112,9 @@ func BuildEtc(parent, hostEtc string) (string, error) {
 	}
 	shadow, gshadow := locked(passwd), locked(group)
 	desc = append(desc, "passwd "+passwd, "group "+group)
+	if len(extraCA) > 0 {
+		desc = append(desc, "ca "+string(extraCA))
+	}
 	return buildLayer(parent, "etc", desc, func(tmp string) error {
 		for _, rel := range files {
 			if err := copyEntry(filepath.Join(hostEtc, rel), filepath.Join(tmp, rel)); err != nil {
@@ -128,8 +133,40 @@ func BuildEtc(parent, hostEtc string) (string, error) {
 				return err
 			}
 		}
+		if len(extraCA) > 0 {
+			return addCA(tmp, extraCA)
+		}
 		return nil
 	})
+}
+
+// EgressCAFile is where a sandbox finds the egress proxy's CA alone.
+const EgressCAFile = "/etc/ssl/certs/sbx-egress-ca.pem"
+
+// addCA writes ca into the /etc layer at tmp: alone, and at the end of the
+// bundle most programs read.
+func addCA(tmp string, ca []byte) error {
+	certs := filepath.Join(tmp, "ssl", "certs")
+	if err := os.MkdirAll(certs, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(certs, filepath.Base(EgressCAFile)), ca, 0o644); err != nil {
+		return err
+	}
+	bundle := filepath.Join(certs, "ca-certificates.crt")
+	if fi, err := os.Lstat(bundle); err == nil && !fi.Mode().IsRegular() {
+		if err := os.Remove(bundle); err != nil { // a link into the host: replaced by a copy
+			return err
+		}
+	}
+	old, err := os.ReadFile(bundle)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	return os.WriteFile(bundle, append(old, ca...), 0o644)
 }
 
 // secret reports whether rel (relative to /etc) is, or is under, one of

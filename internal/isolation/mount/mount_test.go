@@ -82,7 +82,7 @@ func TestBuildEtc(t *testing.T) {
 		os.WriteFile(filepath.Join(etc, f), []byte(content), 0o644)
 	}
 	os.Symlink("../../../etc/shadow", filepath.Join(etc, "localtime"))
-	layer, err := BuildEtc(parent, etc)
+	layer, err := BuildEtc(parent, etc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,27 @@ func TestBuildEtc(t *testing.T) {
 	// A file added to the host's /etc later: the same layer when it is not
 	// listed, a new one when it is.
 	os.WriteFile(filepath.Join(etc, "later2.conf"), []byte("x"), 0o644)
-	if again, err := BuildEtc(parent, etc); err != nil || again != layer {
+	if again, err := BuildEtc(parent, etc, nil); err != nil || again != layer {
 		t.Errorf("after an unlisted file: %q, %v; want the same layer %q", again, err, layer)
 	}
 	os.WriteFile(filepath.Join(etc, "gai.conf"), []byte("x"), 0o644)
-	if again, err := BuildEtc(parent, etc); err != nil || again == layer {
+	if again, err := BuildEtc(parent, etc, nil); err != nil || again == layer {
 		t.Errorf("after a listed file: %q, %v; want a new layer", again, err)
+	}
+	// An extra CA: its own file, and appended to the bundle; a new layer.
+	os.WriteFile(filepath.Join(etc, "ssl/certs/ca-certificates.crt"), []byte("HOST ROOTS"), 0o644)
+	withCA, err := BuildEtc(parent, etc, []byte("EXTRA CA\n"))
+	if err != nil || withCA == layer {
+		t.Fatalf("with a CA: %q, %v", withCA, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(withCA, "ssl/certs/ca-certificates.crt")); string(b) != "HOST ROOTS\nEXTRA CA\n" {
+		t.Errorf("bundle with the CA = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(withCA, "ssl/certs/sbx-egress-ca.pem")); string(b) != "EXTRA CA\n" {
+		t.Errorf("the CA alone = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(etc, "ssl/certs/ca-certificates.crt")); string(b) != "HOST ROOTS" {
+		t.Errorf("the host's bundle changed: %q", b)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,9 +36,16 @@ func looksHTTP(br *bufio.Reader) bool {
 // (CONNECT, or absolute-form requests). within: the requests come inside a
 // CONNECT tunnel to that host:port, and must name it.
 func (k *conn) serveHTTP(explicit bool, within string) {
-	h := &httpHandler{k: k, explicit: explicit, within: within}
+	k.serveHTTPOn(&bufConn{Conn: k.c, r: k.br}, explicit, within, false)
+}
+
+// serveHTTPOn is serveHTTP over c; secure: c is TLS the proxy terminated (to
+// put proxy-mode secrets in), and the requests go upstream over TLS.
+func (k *conn) serveHTTPOn(c net.Conn, explicit bool, within string, secure bool) {
+	h := &httpHandler{k: k, explicit: explicit, within: within, secure: secure}
 	h.transport = &http.Transport{
 		DialContext:           h.dialUpstream,
+		DialTLSContext:        h.dialUpstreamTLS,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       60 * time.Second,
 		ResponseHeaderTimeout: 0,
@@ -52,7 +60,7 @@ func (k *conn) serveHTTP(explicit bool, within string) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          nil,
 	}
-	ln := &oneConn{c: &bufConn{Conn: k.c, r: k.br}, done: make(chan struct{})}
+	ln := &oneConn{c: c, done: make(chan struct{})}
 	h.ln = ln
 	srv.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateClosed {
@@ -98,8 +106,12 @@ func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }
 type httpHandler struct {
 	k        *conn
 	explicit bool
-	// within is the host:port of the CONNECT tunnel the requests come in.
-	within    string
+	// within is the host:port of the CONNECT tunnel (or the intercepted TLS
+	// connection) the requests come in: each must name it.
+	within string
+	// secure: the requests came over TLS the proxy terminated; they go on
+	// over TLS, and proxy-mode secrets may be put in them.
+	secure    bool
 	transport *http.Transport
 	ln        *oneConn
 	// tunnel, set by a CONNECT before it ends the server, serves the tunnel.
@@ -134,7 +146,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var def uint16 = 80
-	if !h.explicit {
+	switch {
+	case h.within != "":
+		_, def, _ = hostPort(h.within, 80)
+	case !h.explicit:
 		def = h.k.dst.Port()
 	}
 	name, port, err := hostPort(host, def)
@@ -156,9 +171,18 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.k.event("http", dst, t.rule, true)
+	if s := h.k.p.cfg.Secrets; s != nil {
+		for _, why := range s.Rewrite(h.k.sb.ID, name, r.Header, h.secure) {
+			h.k.refuse("http", dst, why)
+		}
+	}
+	scheme := "http"
+	if h.secure {
+		scheme = "https"
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Scheme = scheme
 			pr.Out.URL.Host = dst
 			pr.Out.Host = r.Host
 			pr.Out.Header.Del("Proxy-Authorization")
@@ -188,6 +212,23 @@ func (h *httpHandler) dialUpstream(ctx context.Context, _, addr string) (net.Con
 	}
 	c, _, err := h.k.p.dial(ctx, h.k.policy(), name, port)
 	return c, err
+}
+
+// dialUpstreamTLS dials as dialUpstream and speaks TLS to the upstream,
+// verifying its certificate for the name: the other half of an
+// intercepted connection.
+func (h *httpHandler) dialUpstreamTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := h.dialUpstream(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	name, _, _ := hostPort(addr, 443)
+	tc := tls.Client(c, &tls.Config{ServerName: name, RootCAs: h.k.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS to %s: %w", addr, err)
+	}
+	return tc, nil
 }
 
 // connect opens a tunnel to the CONNECT target, if allowed, and serves what

@@ -16,11 +16,14 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -49,6 +52,19 @@ type Event struct {
 	Allowed bool   `json:"allowed"`
 }
 
+// Secrets puts proxy-mode secrets into a sandbox's requests
+// (network.Service).
+type Secrets interface {
+	// Intercept says whether the sandbox has a proxy-mode secret for host:
+	// its TLS to host is then terminated.
+	Intercept(sandbox, host string) bool
+	// Rewrite replaces, in h, the placeholders of the sandbox's secrets
+	// whose hosts include host, if secure (TLS all the way). It leaves every
+	// other placeholder as it is and returns why, one line each, for the
+	// log: never a value.
+	Rewrite(sandbox, host string, h http.Header, secure bool) (left []string)
+}
+
 // Config configures a Proxy. Policy, OriginalDst, Resolve and Forbidden are
 // required.
 type Config struct {
@@ -66,6 +82,12 @@ type Config struct {
 	Forbidden *rules.Forbidden
 	// Dial opens the upstream connection (default: a net.Dialer, 10 s).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Secrets, Leaf and UpstreamRoots serve proxy-mode secrets: Leaf issues
+	// the certificate of an intercepted host; UpstreamRoots verify the
+	// upstream's (nil: the system's).
+	Secrets       Secrets
+	Leaf          func(host string) (*tls.Certificate, error)
+	UpstreamRoots *x509.CertPool
 	// Log receives each refused connection or request, and each allowed one.
 	Log func(Event)
 	// Logger gets the proxy's own troubles.

@@ -91,6 +91,10 @@ func (k *conn) tls(port uint16, want string) {
 			return
 		}
 		// The tunnel's target was judged (and logged) when it was opened.
+		if k.intercepts(want) {
+			k.intercept(want, port)
+			return
+		}
 		up, _, err := k.p.dial(context.Background(), k.policy(), want, port)
 		if err != nil {
 			k.refuse("tls", dst, err.Error())
@@ -104,6 +108,14 @@ func (k *conn) tls(port uint16, want string) {
 		return
 	}
 	dst = net.JoinHostPort(sni, strconv.Itoa(int(port)))
+	if k.intercepts(sni) {
+		if _, err := k.p.resolve(context.Background(), k.policy(), sni); err != nil {
+			k.refuse("tls", dst, err.Error())
+			return
+		}
+		k.intercept(sni, port)
+		return
+	}
 	up, rule, err := k.p.dial(context.Background(), k.policy(), sni, port)
 	if err != nil {
 		k.refuse("tls", dst, err.Error())
@@ -127,4 +139,37 @@ func hostPort(s string, def uint16) (string, uint16, error) {
 		return "", 0, errors.New("no host")
 	}
 	return s, def, nil
+}
+
+// intercepts says whether TLS to name is to be terminated: the sandbox has a
+// proxy-mode secret for it.
+func (k *conn) intercepts(name string) bool {
+	return k.p.cfg.Secrets != nil && k.p.cfg.Leaf != nil && k.p.cfg.Secrets.Intercept(k.sb.ID, name)
+}
+
+// intercept terminates the sandbox's TLS to name with a certificate of the
+// daemon's CA (which the sandbox trusts) and serves its requests as HTTP,
+// each held to name, with proxy-mode secrets put in and sent on over TLS
+// verified against the upstream's certificate.
+func (k *conn) intercept(name string, port uint16) {
+	dst := net.JoinHostPort(name, strconv.Itoa(int(port)))
+	leaf, err := k.p.cfg.Leaf(name)
+	if err != nil {
+		k.refuse("tls", dst, "issuing a certificate: "+err.Error())
+		return
+	}
+	tc := tls.Server(&bufConn{Conn: k.c, r: k.br}, &tls.Config{
+		Certificates: []tls.Certificate{*leaf},
+		NextProtos:   []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	k.c.SetDeadline(time.Now().Add(k.p.cfg.FirstBytes))
+	err = tc.Handshake()
+	k.c.SetDeadline(time.Time{})
+	if err != nil {
+		k.refuse("tls", dst, "TLS with the proxy: "+err.Error())
+		return
+	}
+	k.event("tls", dst, "terminated for proxy-mode secrets", true)
+	k.serveHTTPOn(tc, false, dst, true)
 }
