@@ -5,9 +5,9 @@ package daemon
 import (
 	"crypto/x509"
 	"fmt"
-	"os"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"sbx/internal/backend"
