@@ -106,6 +106,10 @@ type Report struct {
 	StreamMBps        float64 `json:"stream_mb_per_s,omitempty"`
 	CopyMBps          float64 `json:"copy_mb_per_s,omitempty"`
 	StreamUnavailable string  `json:"stream_unavailable,omitempty"`
+	// Network is the network tiers' figures (netbench.go), measured in a lab
+	// of two namespaces of the bench's own; absent when it could not be built.
+	Network            *NetResult `json:"network,omitempty"`
+	NetworkUnavailable string     `json:"network_unavailable,omitempty"`
 	// Throughput is create+exec+destroy cycles per second with Concurrency workers.
 	Throughput float64 `json:"cycles_per_second"`
 	// CycleCPU is the CPU one of those cycles costs. Absent when the API
@@ -716,6 +720,12 @@ func (r Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "%d MiB through sbx exec into a pipe\t%.0f MB/s\t\t\tsbx cp ID:file -\t%.0f MB/s\t%.2fx\n",
 			r.StreamMB, r.StreamMBps, r.CopyMBps, r.StreamMBps/r.CopyMBps)
 	}
+	if n := r.Network; n != nil {
+		row("create → first exec, pool off, tier allowlist, p50", n.CreateAllowlist, "the same, tier none", n.CreateNone.P50MS, "")
+		fmt.Fprintf(tw, "%d MiB over HTTP through the egress proxy\t%.0f MB/s\t\t\tthe same, direct\t%.0f MB/s\t%.2fx\n",
+			n.StreamMB, n.ProxyMBps, n.DirectMBps, n.ProxyMBps/n.DirectMBps)
+		row("HTTP request on a new connection via the proxy, p50", n.ProxyConn, "the same, direct", n.DirectConn.P50MS, "")
+	}
 	if r.IdleSandboxes > 0 {
 		fmt.Fprintf(tw, "daemon RSS, %d idle sandboxes\t%.1f MB\t\t\t\t\t\n", r.IdleSandboxes, r.DaemonRSSMB)
 		fmt.Fprintf(tw, "agent per idle sandbox (PSS / USS / RSS)\t%.2f / %.2f / %.2f MB\t\t\t\t\t\n", r.AgentPSSMB, r.AgentUSSMB, r.AgentRSSMB)
@@ -752,6 +762,9 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	if r.BwrapUnavailable != "" {
 		fmt.Fprintf(w, "bwrap: %s\n", r.BwrapUnavailable)
+	}
+	if r.NetworkUnavailable != "" {
+		fmt.Fprintf(w, "network: %s\n", r.NetworkUnavailable)
 	}
 	if r.NamespacesUnavailable != "" {
 		fmt.Fprintf(w, "bare namespaces: %s\n", r.NamespacesUnavailable)

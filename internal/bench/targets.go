@@ -95,6 +95,16 @@ func (r *Report) Judge() {
 	if r.StreamMB > 0 {
 		r.Targets = append(r.Targets, judge(fmt.Sprintf("%d MiB through sbx exec", r.StreamMB), r.StreamMBps, "MB/s", "sbx cp ID:file -", r.CopyMBps, bound{limit: 0.5, ratio: true}))
 	}
+	if n := r.Network; n != nil {
+		// Differences to the same figure without the network: a tiny floor
+		// keeps a difference lost in the noise from reading as unmeasured.
+		added := func(with, without float64) float64 { return max(with-without, 0.001) }
+		r.Targets = append(r.Targets,
+			judge("network setup added to a pool-off create, p50", added(n.CreateAllowlist.P50MS, n.CreateNone.P50MS), "ms", "", 0, bound{atMost: true, limit: 3}),
+			judge("egress proxy throughput (HTTP)", n.ProxyMBps, "MB/s", "", 0, bound{limit: 1000}),
+			judge("egress proxy added per connection, p50", added(n.ProxyConn.P50MS, n.DirectConn.P50MS), "ms", "", 0, bound{atMost: true, limit: 1}),
+		)
+	}
 	if r.IdleSandboxes > 0 && r.MemoryUnavailable == "" {
 		r.Targets = append(r.Targets,
 			judge(fmt.Sprintf("daemon RSS, %d idle sandboxes", r.IdleSandboxes), r.DaemonRSSMB, "MB", "", 0, bound{atMost: true, limit: 50}),

@@ -29,7 +29,7 @@ import (
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--stream-mb N] [--backend B] [--external] [--json]")
+	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--stream-mb N] [--net=false] [--backend B] [--external] [--json]")
 	var opts bench.Options
 	fs.IntVar(&opts.Runs, "runs", 200, "samples per latency figure, after warm-up")
 	fs.IntVar(&opts.Warmup, "warmup", 20, "warm-up runs before each latency figure")
@@ -41,6 +41,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	fs.IntVar(&opts.StreamMB, "stream-mb", 1024, "`MiB` sent through sbx exec and sbx cp for the stream figure (0 skips)")
 	backendName := fs.String("backend", "native", "SANDBOX_BACKEND of the private daemons")
 	external := fs.Bool("external", false, "measure the daemon found by SBX_URL/SBX_API_KEY (or the local data dir) instead of private ones")
+	withNet := fs.Bool("net", true, "measure the network tiers in a lab of two namespaces of the bench's own (root)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return e.parseErr(fs, err, exitMisuse)
@@ -61,7 +62,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 		rep.Backend = "external"
 	} else {
-		d, err := startPrivateDaemon(ctx, *backendName, "")
+		d, err := startPrivateDaemon(ctx, *backendName, "", "")
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
@@ -75,7 +76,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 		rep.Backend = *backendName
 		fmt.Fprintln(e.stderr, "cold start with the warm pool off")
-		cold, err := startPrivateDaemon(ctx, *backendName, "0")
+		cold, err := startPrivateDaemon(ctx, *backendName, "0", "")
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
@@ -85,6 +86,12 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		rep.ColdStartNoPool = &s
+		if *withNet {
+			rep.Network, err = benchNetwork(ctx, *backendName, opts)
+			if err != nil {
+				rep.NetworkUnavailable = err.Error()
+			}
+		}
 	}
 	rep.Judge()
 	if *asJSON {
@@ -97,6 +104,30 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// benchNetwork measures the network figures: a private daemon, pool off, in
+// a lab of two namespaces whose second holds the upstream server.
+func benchNetwork(ctx context.Context, backend string, opts bench.Options) (*bench.NetResult, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("needs root (it makes network namespaces)")
+	}
+	fmt.Fprintln(opts.Progress, "network tiers, in a lab of two namespaces")
+	lab, err := bench.NewNetLab()
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	d, err := startPrivateDaemon(ctx, backend, "0", lab.HostNS, "SBX_NETWORKS=none,allowlist,full",
+		"SBX_NETWORK_HOSTS_FILE="+lab.HostsFile, "SBX_NETWORK_NAMESERVERS=127.0.0.1:53")
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	tier := func(mode string, allow ...string) *benchAPI {
+		return &benchAPI{c: d.client, network: &openapi.NetworkPolicy{Mode: mode, Allow: allow}}
+	}
+	return bench.Network(ctx, tier("none"), tier("allowlist", bench.LabUpstreamName), tier("full"), lab, opts)
+}
+
 // benchAPI adapts the Go client to what package bench drives.
 type benchAPI struct {
 	c *client.Client
@@ -104,6 +135,8 @@ type benchAPI struct {
 	// runs (this binary): how it reaches the daemon.
 	cliEnv []string
 	level  atomic.Value // string: the isolation level the last create answered
+	// network, when set, is the tier of the sandboxes Create makes.
+	network *openapi.NetworkPolicy
 }
 
 // CreateDisk implements bench.Streamer.
@@ -133,7 +166,7 @@ func (a *benchAPI) CLI(ctx context.Context, w io.Writer, args ...string) error {
 }
 
 func (a *benchAPI) Create(ctx context.Context) (string, error) {
-	sb, err := a.c.Create(ctx, openapi.CreateSandboxRequest{})
+	sb, err := a.c.Create(ctx, openapi.CreateSandboxRequest{Network: a.network})
 	if err != nil {
 		return "", err
 	}
@@ -147,6 +180,15 @@ func (a *benchAPI) Exec(ctx context.Context, id string, argv []string) (int, err
 		return 0, err
 	}
 	return client.ExitCode(res), nil
+}
+
+// Output implements bench.OutputAPI.
+func (a *benchAPI) Output(ctx context.Context, id string, argv []string) (string, int, error) {
+	res, err := a.c.Exec(ctx, id, openapi.ExecRequest{Argv: argv})
+	if err != nil {
+		return "", 0, err
+	}
+	return res.Stdout, client.ExitCode(res), nil
 }
 
 // Refusal implements bench.Refuser.
@@ -199,7 +241,9 @@ var benchListenLine = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startPrivateDaemon runs this binary's `sbx serve` on a temporary data dir and a
 // free loopback port; poolSize, when set, is its SBX_POOL_SIZE.
-func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*privateDaemon, error) {
+// netns, when set, is the network namespace it runs in (reached over its
+// unix socket); env is added to its environment.
+func startPrivateDaemon(ctx context.Context, backend, poolSize, netns string, env ...string) (*privateDaemon, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the sbx binary: %w", err)
@@ -208,7 +252,11 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dir, "sbx.sock"))
+	sock := filepath.Join(dir, "sbx.sock")
+	cmd := exec.Command(exe, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--socket", sock)
+	if netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + netns, exe}, cmd.Args[1:]...)...)
+	}
 	// The marker stops a binary that is not sbx (a test binary) from recursing:
 	// its "serve" would run `bench` again.
 	if os.Getenv(benchChildEnv) != "" {
@@ -222,6 +270,7 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 	if poolSize != "" {
 		cmd.Env = append(cmd.Env, "SBX_POOL_SIZE="+poolSize)
 	}
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -267,6 +316,9 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize string) (*private
 	if err != nil {
 		d.stop()
 		return nil, err
+	}
+	if netns != "" {
+		url = "unix:" + sock // its TCP listener is in the other namespace
 	}
 	d.client, err = client.New(url, strings.TrimSpace(string(key)))
 	if err != nil {

@@ -302,7 +302,9 @@ func (r *Router) Detach(ctx context.Context, id sandbox.ID) error {
 	var errs []error
 	l, err := r.nl.LinkByName(vethName(id))
 	if err == nil {
-		if err := r.nl.LinkDel(l); err != nil {
+		// ENODEV: gone meanwhile, with the sandbox's namespace (a veth
+		// pair goes when either end's namespace does).
+		if err := r.nl.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 			errs = append(errs, fmt.Errorf("removing veth %s: %w", vethName(id), err))
 		}
 	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
