@@ -262,7 +262,7 @@ func (m *Manager) openSecrets(ctx context.Context, refs map[string]string, tier 
 func (m *Manager) proxyRefusal(tier sandbox.Network) string {
 	switch {
 	case m.proxy == nil:
-		return "needs the daemon's egress proxy, and this daemon runs none"
+		return "needs the daemon's egress proxy; this daemon offers no proxy-mode secrets"
 	case tier == sandbox.NetworkHost:
 		return "needs the daemon's egress proxy, and this sandbox's backend uses the host's network"
 	case !networked(tier):
