@@ -67,6 +67,10 @@ type CreateSandboxRequest struct {
 	Network  *NetworkPolicy    `json:"network,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
+	// Secrets maps environment variables to the names of secrets of the
+	// caller's API key (POST /v1/secrets): each gets the secret's value (env
+	// mode) or the egress proxy's placeholder for it (proxy mode).
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // NetworkPolicy is a sandbox's network tier and its lists: the body of PUT
@@ -178,6 +182,9 @@ type ExecRequest struct {
 	Argv    []string          `json:"argv,omitempty"`
 	Cwd     string            `json:"cwd,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Secrets maps environment variables of this process to the names of
+	// secrets of the caller's API key, as on create.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Stdin is text for the process's stdin; StdinBase64 the same as bytes.
 	Stdin       *string `json:"stdin,omitempty"`
 	StdinBase64 *string `json:"stdin_base64,omitempty"`
@@ -483,7 +490,7 @@ type AuditRecord struct {
 	// Action is create, delete, expire, update, exec_start, exec_end,
 	// write_stdin, signal, resize, pty_attach, pty_detach, read_file,
 	// write_file, stat, list_dir, make_dir, move, remove, glob, grep,
-	// download, upload or recover_destroy.
+	// download, upload, recover_destroy, set_secret or delete_secret.
 	Action string `json:"action"`
 	// Target is the path, argv[0] or process id acted on.
 	Target string `json:"target"`
@@ -534,4 +541,32 @@ type KeyInfo struct {
 // KeyList is the answer of GET /v1/keys.
 type KeyList struct {
 	Keys []KeyInfo `json:"keys"`
+}
+
+// SecretCreate is the body of POST /v1/secrets.
+type SecretCreate struct {
+	// Name is 1-128 of A-Z a-z 0-9 . _ -, unique among the key's secrets.
+	Name string `json:"name"`
+	// Value is the secret itself, at most 64 KiB: write-only, never shown.
+	Value string `json:"value"`
+	// Mode is env (the default: the value in the environment) or proxy (a
+	// placeholder there; the egress proxy sends the value to Hosts only).
+	Mode string `json:"mode,omitempty"`
+	// Hosts are the names and wildcards (*.example.com) a proxy-mode value
+	// may be sent to; required in proxy mode, none in env mode.
+	Hosts []string `json:"hosts,omitempty"`
+}
+
+// SecretInfo is a secret as its key sees it: never its value.
+type SecretInfo struct {
+	Name      string    `json:"name"`
+	Mode      string    `json:"mode"`
+	Hosts     []string  `json:"hosts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SecretList is the answer of GET /v1/secrets.
+type SecretList struct {
+	Secrets []SecretInfo `json:"secrets"`
 }

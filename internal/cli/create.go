@@ -23,6 +23,7 @@ type createFlags struct {
 	allow    multiFlag
 	block    multiFlag
 	labels   multiFlag
+	secrets  multiFlag
 }
 
 func (c *createFlags) register(fs *flag.FlagSet) {
@@ -36,6 +37,7 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.allow, "allow", "with --network allowlist: a `domain`, *.domain, IP or CIDR it may reach (repeatable)")
 	fs.Var(&c.block, "block", "a `domain`, *.domain, IP or CIDR it may never reach (repeatable; wins over --allow)")
 	fs.Var(&c.labels, "label", "label `k=v` (repeatable)")
+	fs.Var(&c.secrets, "secret", "`ENV=NAME`: environment variable ENV gets secret NAME (sbx secret set) (repeatable)")
 }
 
 // request builds the API request; only flags given on the command line are
@@ -79,10 +81,13 @@ func (c *createFlags) request(fs *flag.FlagSet) (openapi.CreateSandboxRequest, e
 		return req, err
 	}
 	req.Labels = labels
+	if req.Secrets, err = keyValues("secret", c.secrets); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 
-const createSynopsis = "[--template T] [--timeout S] [--memory-mb N] [--cpus N] [--pids N] [--disk-mb N] [--network none|allowlist|full] [--allow D]… [--block D]… [--label k=v]… [--json]"
+const createSynopsis = "[--template T] [--timeout S] [--memory-mb N] [--cpus N] [--pids N] [--disk-mb N] [--network none|allowlist|full] [--allow D]… [--block D]… [--label k=v]… [--secret ENV=NAME]… [--json]"
 
 func runCreate(ctx context.Context, e *env, args []string) int {
 	fs := e.flagSet("create", createSynopsis)

@@ -25,6 +25,7 @@ type execFlags struct {
 	timeout int64
 	cwd     string
 	env     multiFlag
+	secrets multiFlag // exec's own: run takes --secret at create
 	stdin   bool
 }
 
@@ -37,7 +38,7 @@ func (x *execFlags) register(fs *flag.FlagSet, withTimeout bool) {
 	fs.BoolVar(&x.stdin, "i", false, "send stdin to the command")
 }
 
-const execSynopsis = "[--timeout S] [--cwd D] [--env K=V]… [-i] [-t] [--json] ID -- CMD [ARGS…]\n\n" +
+const execSynopsis = "[--timeout S] [--cwd D] [--env K=V]… [--secret ENV=NAME]… [-i] [-t] [--json] ID -- CMD [ARGS…]\n\n" +
 	"-t (--tty) runs CMD in a terminal in the sandbox, driven from this one: keys (^C included) go\n" +
 	"to CMD, the window's size follows. Its timeout defaults to the daemon's longest. With stdin not\n" +
 	"a terminal (a pipe), stdin is sent as typed and its end as ^D."
@@ -46,6 +47,7 @@ func runExec(ctx context.Context, e *env, args []string) int {
 	fs := e.flagSet("exec", execSynopsis)
 	var xf execFlags
 	xf.register(fs, true)
+	fs.Var(&xf.secrets, "secret", "`ENV=NAME`: environment variable ENV gets secret NAME (sbx secret set) (repeatable)")
 	jsonOut := fs.Bool("json", false, "print the stream's events as JSON lines")
 	var tty bool
 	fs.BoolVar(&tty, "t", false, "run the command in a terminal (interactive: a shell, an editor, a REPL)")
@@ -73,6 +75,9 @@ func runExec(ctx context.Context, e *env, args []string) int {
 	}
 	if tty && *jsonOut {
 		return e.misuse(fs, exitSbx, "-t and --json do not go together: a terminal's output is its raw bytes")
+	}
+	if tty && len(xf.secrets) > 0 {
+		return e.misuse(fs, exitSbx, "-t does not take --secret: give the secret at create (sbx create --secret)")
 	}
 	if tty {
 		xf.stdin = false // a terminal streams stdin as it comes, never reads it ahead
@@ -117,6 +122,9 @@ func (x *execFlags) request(fs *flag.FlagSet, argv []string, stdin io.Reader) (o
 		return req, err
 	}
 	req.Env = env
+	if req.Secrets, err = keyValues("secret", x.secrets); err != nil {
+		return req, err
+	}
 	if x.stdin {
 		// The whole of stdin is read first and sent with the request.
 		b, err := io.ReadAll(stdin)

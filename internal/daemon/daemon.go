@@ -113,6 +113,10 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	if err != nil {
 		return err
 	}
+	secretBox, err := openSecretBox(dir, log)
+	if err != nil {
+		return err
+	}
 	base = base.With("instance", instance)
 	log = base.With(logkey.Component, "daemon")
 
@@ -155,6 +159,8 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		AuditMaxRecords: cfg.AuditMaxRecords,
 		Network:         managerNetwork(netSvc),
 		PreviewSecret:   previewSecret,
+		SecretBox:       secretBox,
+		ProxySecrets:    proxySecrets(netSvc),
 	})
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ func (m *Manager) Create(ctx context.Context, req sandbox.CreateRequest) (sandbo
 	if err != nil {
 		id = sandbox.IDOf(err)
 	}
-	m.audit(ctx, id, "create", req.Template, "", err)
+	m.audit(ctx, id, "create", req.Template, secretsDetail(req.Secrets), err)
 	return sb, err
 }
 
@@ -50,6 +50,12 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	if err != nil {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 	}
+	// The secrets it names, opened before any side effect: a name the key has
+	// no secret of starts nothing.
+	opened, err := m.openSecrets(ctx, req.Secrets, spec.Network)
+	if err != nil {
+		return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+	}
 	// The key's place, taken before any side effect; a failed create gives it back.
 	res, err := m.limits.reserve(keyID(ctx), m.now())
 	if err != nil {
@@ -60,7 +66,7 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 			m.limits.cancel(res)
 		}
 	}()
-	if m.pool.size > 0 {
+	if m.pool.size > 0 && len(opened) == 0 { // a warm sandbox's environment is set
 		if nd, rep, err := m.pick(ctx); err == nil && rep.Sandbox {
 			if sb, ok := m.takeWarm(ctx, nd, spec, res); ok {
 				return sb, nil
@@ -87,6 +93,18 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		// the host's network, and the sandbox says that too.
 		spec.RequireLayers = nil
 		spec.Network = sandbox.NetworkHost
+	}
+	if len(opened) > 0 {
+		defer func() {
+			if retErr != nil {
+				m.forgetSecrets(spec.ID)
+			}
+		}()
+		env, err := m.secretEnv(spec.ID, spec.Network, opened)
+		if err != nil {
+			return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
+		}
+		spec.Env = withEnv(spec.Env, env) // never stored: the store drops Spec.Env
 	}
 	sb, err := m.start(ctx, nd, spec)
 	if err != nil {
@@ -217,6 +235,7 @@ func (m *Manager) rollback(ctx context.Context, nd NamedDriver, id sandbox.ID, c
 		return
 	}
 	m.forgetRules(id)
+	m.forgetSecrets(id)
 	if err := m.store.DeleteSandbox(cctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		log.ErrorContext(cctx, "rolling back a failed create: deleting the record", logkey.Err, err)
 	}

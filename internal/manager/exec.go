@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"sbx/internal/agentclient"
@@ -58,9 +59,10 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 	if req.Shell == "" && len(req.Argv) > 0 {
 		argv0 = req.Argv[0]
 	}
+	named := secretsDetail(req.Secrets) // the secrets' names, never their values
 	if err := m.limits.allowExec(keyID(ctx), m.now()); err != nil {
 		err = &sandbox.Error{Op: "exec", ID: id, Err: err}
-		m.audit(ctx, id, "exec_start", argv0, "", err)
+		m.audit(ctx, id, "exec_start", argv0, named, err)
 		return nil, err
 	}
 	if !req.Background { // a background process may run for hours: not a caller waiting
@@ -71,7 +73,7 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 		if ev.Started != nil && started == nil {
 			p := *ev.Started
 			started = &p
-			m.audit(ctx, id, "exec_start", argv0, fmt.Sprintf("process_id=%s pid=%d", started.ID, started.PID), nil)
+			m.audit(ctx, id, "exec_start", argv0, strings.TrimSpace(fmt.Sprintf("process_id=%s pid=%d %s", started.ID, started.PID, named)), nil)
 		}
 		if onEvent == nil {
 			return nil
@@ -80,7 +82,7 @@ func (m *Manager) Exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 	})
 	switch {
 	case started == nil: // refused, or failed before the process started
-		m.audit(ctx, id, "exec_start", argv0, "", err)
+		m.audit(ctx, id, "exec_start", argv0, named, err)
 	case res != nil:
 		m.audit(ctx, id, "exec_end", argv0, fmt.Sprintf("process_id=%s exit_code=%d reason=%s signal=%d",
 			res.ProcessID, res.ExitCode, res.Reason, res.Signal), err)
@@ -104,6 +106,13 @@ func (m *Manager) exec(ctx context.Context, id sandbox.ID, req sandbox.ExecReque
 	if err != nil {
 		return nil, &sandbox.Error{Op: op, ID: id, Err: err}
 	}
+	// The secrets it names, opened before anything starts: a name the key
+	// has no secret of runs nothing.
+	env, err := m.execSecrets(ctx, id, req.Secrets)
+	if err != nil {
+		return nil, sandbox.Wrap(op, id, err)
+	}
+	req.Env, req.Secrets = withEnv(req.Env, env), nil
 	var started *sandbox.ProcessInfo
 	res, err := c.Exec(ctx, req, stream, func(ev sandbox.ExecEvent) error {
 		if ev.Started != nil {

@@ -17,6 +17,7 @@ import (
 	"sbx/internal/backend"
 	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
+	"sbx/internal/secrets"
 	"sbx/internal/store"
 )
 
@@ -73,6 +74,13 @@ type Options struct {
 	// PreviewSecret keys the sandboxes' preview tokens (preview.go); nil
 	// means a random one for this process's life.
 	PreviewSecret []byte
+	// SecretBox seals and opens the values of the secret store (secrets.go),
+	// under the key in the data dir's secrets.key; nil: the daemon keeps no
+	// secrets, and every secret call fails with ErrUnavailable.
+	SecretBox *secrets.Box
+	// ProxySecrets is the egress proxy's side of proxy-mode secrets; nil:
+	// a proxy-mode secret is refused.
+	ProxySecrets ProxySecrets
 }
 
 // UnopenedDriver is a configured driver that failed to open.
@@ -110,6 +118,8 @@ type Manager struct {
 	keys         keyCache
 	queueTimeout time.Duration
 	network      Network
+	box          *secrets.Box // nil: no secret store
+	proxy        ProxySecrets // nil: no proxy-mode secrets
 	// The components, each with its own lock (the auditor needs none) and
 	// lifecycle; Close stops them.
 	limits   *limiter
@@ -205,6 +215,8 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		slots:        make(chan struct{}, n),
 		queueTimeout: qt,
 		network:      opts.Network,
+		box:          opts.SecretBox,
+		proxy:        opts.ProxySecrets,
 		lifetime:     lifetime,
 		cancel:       cancel,
 		closing:      make(chan struct{}),

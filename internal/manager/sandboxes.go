@@ -218,6 +218,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 			Err: fmt.Errorf("%w: destroying sandbox: %v; it is quarantined and its teardown is retried", sandbox.ErrUnavailable, err), After: quarantineRetry}}
 	}
 	m.forgetRules(id)
+	m.forgetSecrets(id)
 	err = m.store.DeleteSandbox(cctx, id)
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
 		m.limits.release(id) // the record is gone, and with it the owner's place

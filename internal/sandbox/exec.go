@@ -22,10 +22,14 @@ const (
 // ExecRequest is an admitted exec: Timeout is set and within bounds.
 type ExecRequest struct {
 	// Exactly one of Argv (verbatim, no shell) and Shell (/bin/sh -c).
-	Argv          []string
-	Shell         string
-	Cwd           string
-	Env           map[string]string
+	Argv  []string
+	Shell string
+	Cwd   string
+	Env   map[string]string
+	// Secrets maps environment variables to the names of secrets of the
+	// caller's API key (CreateRequest.Secrets); the manager resolves them
+	// into Env before the agent sees the request.
+	Secrets       map[string]string
 	Stdin         []byte
 	KeepStdinOpen bool
 	Timeout       time.Duration

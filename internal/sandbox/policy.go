@@ -224,6 +224,7 @@ func (p Policy) Admit(req CreateRequest) (Spec, error) {
 			errs = append(errs, Invalid("env", "%q is not a valid variable name", truncate(k, 80)))
 		}
 	}
+	errs = append(errs, checkSecretRefs(req.Secrets, req.Env))
 	for _, l := range p.RequireLayers {
 		if !slices.Contains(p.AllowMissing, l) {
 			s.RequireLayers = append(s.RequireLayers, l)
@@ -250,12 +251,37 @@ func (p Policy) AdmitExec(req ExecRequest) (ExecRequest, error) {
 			errs = append(errs, Invalid("env", "%q is not a valid variable name", truncate(k, 80)))
 		}
 	}
+	errs = append(errs, checkSecretRefs(req.Secrets, req.Env))
 	if req.OutputLimitBytes == 0 {
 		req.OutputLimitBytes = p.OutputLimitBytes
 	} else if req.OutputLimitBytes < 1024 || req.OutputLimitBytes > 64*MiB {
 		errs = append(errs, Invalid("output_limit_bytes", "%d is outside [1024, %d]", req.OutputLimitBytes, 64*MiB))
 	}
 	return req, errors.Join(errs...)
+}
+
+// MaxSecretRefs bounds the secrets one create or exec may name.
+const MaxSecretRefs = 64
+
+// checkSecretRefs checks the shape of a request's secrets (variable → secret
+// name): valid variable names, none also in env, a name for each. Whether
+// the secrets exist is the manager's to say.
+func checkSecretRefs(refs, env map[string]string) error {
+	var errs []error
+	if len(refs) > MaxSecretRefs {
+		errs = append(errs, Invalid("secrets", "%d secrets, at most %d", len(refs), MaxSecretRefs))
+	}
+	for k, name := range refs {
+		switch _, dup := env[k]; {
+		case !validEnvName(k):
+			errs = append(errs, Invalid("secrets", "%q is not a valid variable name", truncate(k, 80)))
+		case dup:
+			errs = append(errs, Invalid("secrets", "%s is also given in env; give each variable once", k))
+		case name == "":
+			errs = append(errs, Invalid("secrets", "%s: no secret name", k))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func validEnvName(k string) bool {

@@ -29,6 +29,11 @@ type CreateRequest struct {
 	NetworkBlock []string
 	Labels       map[string]string
 	Env          map[string]string
+	// Secrets maps environment variables to the names of secrets of the
+	// caller's API key; the manager puts each secret's value (env mode) or
+	// placeholder (proxy mode) in Env. Omitted from JSON when empty, so the
+	// idempotency hash of a request without secrets is what it always was.
+	Secrets map[string]string `json:",omitempty"`
 }
 
 // Spec is an admitted request: every field is set and within the policy's

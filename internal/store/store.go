@@ -1,7 +1,7 @@
-// Package store keeps sandbox records, API keys, the audit log and idempotency
-// records in an embedded SQLite file (modernc.org/sqlite, pure Go), with
-// versioned migrations. It keeps records only: it knows nothing of drivers, the
-// manager or the servers.
+// Package store keeps sandbox records, API keys, the audit log, idempotency
+// records and sealed secrets in an embedded SQLite file (modernc.org/sqlite,
+// pure Go), with versioned migrations. It keeps records only: it knows nothing
+// of drivers, the manager or the servers, and never holds a secret in clear.
 package store
 
 import (
@@ -142,6 +142,19 @@ var migrations = []string{
 		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
 		port       INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
 		PRIMARY KEY (sandbox_id, port)
+	);`,
+	// secrets: each API key's secrets, sealed (the value never in clear);
+	// hosts is a JSON array of the names a proxy-mode value may go to.
+	`CREATE TABLE secrets (
+		owner_key  TEXT NOT NULL,
+		name       TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 128 AND name NOT GLOB '*[^A-Za-z0-9._-]*'),
+		mode       TEXT NOT NULL CHECK (mode IN ('env', 'proxy')),
+		hosts      TEXT NOT NULL DEFAULT '[]',
+		ciphertext BLOB NOT NULL,
+		nonce      BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (owner_key, name)
 	);`,
 }
 

@@ -5,8 +5,8 @@ package tools
 
 import (
 	"context"
-	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"sbx/internal/sandbox"
@@ -43,7 +43,7 @@ var execInput = []byte(`{
     "code": {"type": "string", "description": "The code or script to execute."},
     "stdin": {"type": "string", "description": "Optional data to pipe to stdin."},
     "timeout_ms": {"type": "integer", "minimum": 1, "default": 5000, "description": "Execution timeout in milliseconds. Default: 5000."},
-    "secrets": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Map of env var name to secret value or handle. Injected into the sandboxed process environment."}
+    "secrets": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Map of env var name to secret value or handle. Injected into the sandboxed process environment. A handle {{secret:name}} names a secret of the caller's API key (POST /v1/secrets): an env-mode secret's value, or a proxy-mode secret's placeholder that the egress proxy swaps for the value in requests to the secret's hosts. An unknown name fails the call, naming it, and runs nothing."}
   },
   "additionalProperties": false
 }`)
@@ -84,7 +84,7 @@ func runExec(ctx context.Context, c *Call, in execIn) (execOut, error) {
 			return execOut{}, sandbox.Invalid("timeout_ms", "%d is below 1", ms)
 		}
 	}
-	secrets, err := secretEnv(in.Secrets)
+	values, handles, err := secretEnv(in.Secrets)
 	if err != nil {
 		return execOut{}, err
 	}
@@ -92,9 +92,12 @@ func runExec(ctx context.Context, c *Call, in execIn) (execOut, error) {
 	if err != nil {
 		return execOut{}, err
 	}
-	env = merged(env, secrets)
+	env = merged(env, values)
+	for k := range handles {
+		delete(env, k) // the secret's, which the manager puts there
+	}
 	res, err := c.M().Exec(ctx, c.Sandbox, sandbox.ExecRequest{Argv: argv(in.Code), Stdin: []byte(in.Stdin),
-		Env: env, Timeout: time.Duration(ms) * time.Millisecond, OutputLimitBytes: toolOutputLimit}, false, nil)
+		Env: env, Secrets: handles, Timeout: time.Duration(ms) * time.Millisecond, OutputLimitBytes: toolOutputLimit}, false, nil)
 	switch {
 	case err != nil:
 		return execOut{}, err
@@ -111,24 +114,32 @@ var (
 	secretHandle = regexp.MustCompile(`^\{\{\s*secret:([^}]*)\}\}$`)
 )
 
-// secretEnv turns secrets into environment variables. Values are injected as
-// given; a {{secret:name}} handle needs the daemon's secret store, which this
-// daemon does not hold, so it is refused by name rather than injected as text.
-func secretEnv(secrets map[string]string) (map[string]string, error) {
-	if len(secrets) == 0 {
-		return nil, nil
-	}
-	env := make(map[string]string, len(secrets))
+// secretEnv splits sandbox.exec's secrets into variables given as values,
+// injected as they are, and handles {{secret:name}}, which name secrets of
+// the caller's API key for the manager to resolve (variable → secret name):
+// an unknown name fails the call, naming it, before anything runs.
+func secretEnv(secrets map[string]string) (values, handles map[string]string, err error) {
 	for k, v := range secrets {
 		if !envName.MatchString(k) {
-			return nil, sandbox.Invalid("secrets", "%q is not an environment variable name", truncate(k, 80))
+			return nil, nil, sandbox.Invalid("secrets", "%q is not an environment variable name", truncate(k, 80))
 		}
 		if m := secretHandle.FindStringSubmatch(v); m != nil {
-			return nil, fmt.Errorf("secrets: %s: secret %w: %q (this daemon has no secret store)", k, sandbox.ErrNotFound, truncate(m[1], 80))
+			name := strings.TrimSpace(m[1])
+			if name == "" {
+				return nil, nil, sandbox.Invalid("secrets", "%s: the handle names no secret ({{secret:name}})", k)
+			}
+			if handles == nil {
+				handles = map[string]string{}
+			}
+			handles[k] = name
+			continue
 		}
-		env[k] = v
+		if values == nil {
+			values = map[string]string{}
+		}
+		values[k] = v
 	}
-	return env, nil
+	return values, handles, nil
 }
 
 // merged returns the maps' union, later ones winning; nil when all are empty.

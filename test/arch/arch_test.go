@@ -65,6 +65,7 @@ var fences = []struct {
 }{
 	{"sbx/internal/sandbox", []string{"sbx/internal/"}, "domain nouns import nothing of sbx", false},
 	{"sbx/internal/fault", []string{"sbx/internal/"}, "crash points sit everywhere on the create path: they import nothing of sbx", false},
+	{"sbx/internal/secrets", []string{"sbx/internal/"}, "sealing secrets is pure logic: it imports nothing of sbx", false},
 	{"sbx/internal/isolation/", []string{"sbx/internal/sandbox", "sbx/internal/backend", "sbx/internal/manager", "sbx/internal/server", "sbx/internal/store", "sbx/internal/agent"},
 		"isolation steps know nothing of sandboxes", false},
 	{"sbx/internal/agent", []string{"sbx/internal/sandbox", "sbx/internal/backend", "sbx/internal/manager", "sbx/internal/store", "sbx/internal/server", "sbx/internal/agentclient", "sbx/internal/daemon", "sbx/internal/config", "sbx/internal/cli", "sbx/internal/client"},

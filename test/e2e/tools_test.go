@@ -74,7 +74,7 @@ func TestToolsSandboxExec(t *testing.T) {
 		t.Errorf("a timed-out sandbox.exec left its process: %q", r.Stdout)
 	}
 	st, _, raw = d.tool(id, "sandbox.exec", map[string]any{"runtime": "sh", "code": "true", "secrets": map[string]any{"K": "{{secret:my-api-key}}"}})
-	if st != 404 || !strings.Contains(raw, "my-api-key") {
+	if st != 400 || !strings.Contains(raw, `no secret named \"my-api-key\"`) {
 		t.Errorf("secret handle = %d %s", st, raw)
 	}
 

@@ -23,6 +23,7 @@ func execRequest(in openapi.ExecRequest) (sandbox.ExecRequest, error) {
 		Shell:         in.Command,
 		Cwd:           in.Cwd,
 		Env:           in.Env,
+		Secrets:       in.Secrets,
 		KeepStdinOpen: in.KeepStdinOpen,
 		Background:    in.Background,
 		Tag:           in.Tag,

@@ -113,6 +113,10 @@ func (s *server) routes() []route {
 		{"POST", "/v1/keys", "create_key", false, s.createKey},
 		{"GET", "/v1/keys", "list_keys", false, s.listKeys},
 		{"DELETE", "/v1/keys/{kid}", "revoke_key", false, s.revokeKey},
+		{"POST", "/v1/secrets", "set_secret", false, s.setSecret},
+		{"GET", "/v1/secrets", "list_secrets", false, s.listSecrets},
+		{"GET", "/v1/secrets/{name}", "get_secret", false, s.getSecret},
+		{"DELETE", "/v1/secrets/{name}", "delete_secret", false, s.deleteSecret},
 
 		{"POST", "/v1/sandboxes", "create", false, s.create},
 		{"GET", "/v1/sandboxes", "list", false, s.list},

@@ -54,6 +54,7 @@ func createRequest(in openapi.CreateSandboxRequest) (sandbox.CreateRequest, erro
 		Template: in.Template,
 		Labels:   in.Labels,
 		Env:      in.Env,
+		Secrets:  in.Secrets,
 	}
 	if n := in.Network; n != nil {
 		if n.Mode == "" {
