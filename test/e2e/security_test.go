@@ -186,6 +186,8 @@ var catalogue = []entry{
 		setup: nw10Setup, control: nw10Control, attackProbe: nw10Attack},
 	{id: "NW-11", attack: "UDP/QUIC, ICMP, CONNECT to :22 and :25", backends: nativeOnly,
 		setup: nw11Setup, control: nw11Control, attackProbe: nw11Attack},
+	{id: "NW-12", attack: "proxy-mode secret: plain HTTP, other hosts, redirects, the sandbox's env and files", backends: nativeOnly,
+		setup: nw12Setup, control: nw12Control, attackProbe: nw12Attack},
 	{id: "NW-13", attack: "A speaks to the proxy as B, or from a spoofed address", backends: nativeOnly,
 		setup: nw13Setup, control: nw13Control, attackProbe: nw13Attack},
 	{id: "NW-14", attack: "a blocked connection whose handshake completes at the proxy", backends: nativeOnly,
