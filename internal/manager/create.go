@@ -100,11 +100,12 @@ func (m *Manager) create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 				m.forgetSecrets(spec.ID)
 			}
 		}()
-		env, err := m.secretEnv(spec.ID, spec.Network, opened)
+		env, placeholders, err := m.secretEnv(spec.ID, spec.Network, opened)
 		if err != nil {
 			return sandbox.Sandbox{}, &sandbox.Error{Op: op, Err: err}
 		}
 		spec.Env = withEnv(spec.Env, env) // never stored: the store drops Spec.Env
+		spec.ProxySecrets = placeholders  // stored: the placeholders, not the values
 	}
 	sb, err := m.start(ctx, nd, spec)
 	if err != nil {

@@ -114,6 +114,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb sandbox.Sandbox) {
 		if err := m.useRules(spec); err != nil {
 			log.WarnContext(ctx, "a recovered sandbox's network rules do not compile; it gets none", logkey.Err, err)
 		}
+		m.restoreSecrets(ctx, sb)
 		inst, err := d.Recover(ctx, sb.ID, sb.Saved)
 		if err != nil {
 			m.forget(ctx, d, sb, "reattaching failed: "+err.Error())

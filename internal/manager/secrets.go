@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"sbx/internal/network/rules"
+	"sbx/internal/logkey"
 	"sbx/internal/sandbox"
 	"sbx/internal/secrets"
 	"sbx/internal/store"
@@ -29,6 +30,9 @@ type ProxySecrets interface {
 	// Placeholder registers value for sandbox id's outbound requests to hosts and returns the
 	// string the sandbox sees in its place (unique per sandbox and secret, unguessable).
 	Placeholder(id sandbox.ID, secret string, value []byte, hosts []string) (string, error)
+	// Restore registers value again under a placeholder Placeholder gave
+	// sandbox id before a daemon restart.
+	Restore(id sandbox.ID, placeholder, secret string, value []byte, hosts []string) error
 	// ForgetSecrets drops what was registered for sandbox id.
 	ForgetSecrets(id sandbox.ID)
 }
@@ -275,31 +279,60 @@ func (m *Manager) proxyRefusal(tier sandbox.Network) string {
 // on tier: each env-mode value as it is, and for each proxy-mode one a
 // placeholder the egress proxy registers for id. On error the caller calls
 // forgetSecrets(id).
-func (m *Manager) secretEnv(id sandbox.ID, tier sandbox.Network, opened []openedSecret) (map[string]string, error) {
+func (m *Manager) secretEnv(id sandbox.ID, tier sandbox.Network, opened []openedSecret) (env, placeholders map[string]string, _ error) {
 	if len(opened) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	env := make(map[string]string, len(opened))
+	env = make(map[string]string, len(opened))
 	for _, s := range opened {
 		if s.mode != SecretProxy {
 			env[s.env] = string(s.value)
 			continue
 		}
 		if why := m.proxyRefusal(tier); why != "" {
-			return nil, sandbox.Invalid("secrets", "%s: secret %q is proxy mode, which %s", s.env, s.name, why)
+			return nil, nil, sandbox.Invalid("secrets", "%s: secret %q is proxy mode, which %s", s.env, s.name, why)
 		}
 		ph, err := m.proxy.Placeholder(id, s.name, s.value, slices.Clone(s.hosts))
 		if err != nil {
-			return nil, fmt.Errorf("secrets: %s: registering secret %q with the egress proxy: %w", s.env, s.name, err)
+			return nil, nil, fmt.Errorf("secrets: %s: registering secret %q with the egress proxy: %w", s.env, s.name, err)
 		}
 		// The placeholder is what the sandbox sees: never the value, nothing
 		// a process cannot hold in its environment.
 		if ph == "" || strings.IndexByte(ph, 0) >= 0 || bytes.Contains([]byte(ph), s.value) {
-			return nil, fmt.Errorf("secrets: %s: the egress proxy gave secret %q an unusable placeholder", s.env, s.name)
+			return nil, nil, fmt.Errorf("secrets: %s: the egress proxy gave secret %q an unusable placeholder", s.env, s.name)
 		}
 		env[s.env] = ph
+		if placeholders == nil {
+			placeholders = map[string]string{}
+		}
+		placeholders[ph] = s.name
 	}
-	return env, nil
+	return env, placeholders, nil
+}
+
+// restoreSecrets registers again, after a daemon restart, the proxy-mode
+// secrets behind the placeholders sandbox sb's processes hold. A secret
+// deleted meanwhile is not: its placeholder goes out as it is.
+func (m *Manager) restoreSecrets(ctx context.Context, sb sandbox.Sandbox) {
+	if m.proxy == nil || m.box == nil {
+		return
+	}
+	for _, ph := range slices.Sorted(maps.Keys(sb.Spec.ProxySecrets)) {
+		name := sb.Spec.ProxySecrets[ph]
+		log := m.log.With(logkey.SandboxID, sb.ID, "secret", name)
+		rec, err := m.store.GetSecret(ctx, sb.OwnerKey, name)
+		if err != nil {
+			log.WarnContext(ctx, "a recovered sandbox's proxy-mode secret is gone; its placeholder is no longer substituted", logkey.Err, err)
+			continue
+		}
+		value, err := m.box.Open(sb.OwnerKey, rec.Name, rec.Ciphertext, rec.Nonce)
+		if err == nil {
+			err = m.proxy.Restore(sb.ID, ph, rec.Name, value, rec.Hosts)
+		}
+		if err != nil {
+			log.WarnContext(ctx, "registering a recovered sandbox's proxy-mode secret", logkey.Err, err)
+		}
+	}
 }
 
 // forgetSecrets drops the proxy-mode secrets registered for id once it is gone.
@@ -323,7 +356,21 @@ func (m *Manager) execSecrets(ctx context.Context, id sandbox.ID, refs map[strin
 	if err != nil {
 		return nil, err
 	}
-	return m.secretEnv(id, sb.Spec.Network, opened)
+	env, placeholders, err := m.secretEnv(id, sb.Spec.Network, opened)
+	if err != nil || len(placeholders) == 0 {
+		return env, err
+	}
+	// Kept with the sandbox, for a restarted daemon to register again.
+	if _, err := m.store.UpdateSandbox(ctx, id, func(r *sandbox.Sandbox) error {
+		if r.Spec.ProxySecrets == nil {
+			r.Spec.ProxySecrets = map[string]string{}
+		}
+		maps.Copy(r.Spec.ProxySecrets, placeholders)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("secrets: recording the placeholders: %w", err)
+	}
+	return env, nil
 }
 
 // secretsDetail is the audit detail of the secrets refs names: their names,

@@ -46,6 +46,13 @@ func (p *fakeProxy) Placeholder(id sandbox.ID, secret string, value []byte, host
 	return ph, nil
 }
 
+func (p *fakeProxy) Restore(id sandbox.ID, placeholder, secret string, value []byte, hosts []string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.placed = append(p.placed, placed{id: id, secret: secret, value: string(value), hosts: hosts, placeholder: placeholder})
+	return nil
+}
+
 func (p *fakeProxy) ForgetSecrets(id sandbox.ID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -52,6 +52,28 @@ func (s *Service) Placeholder(id sandbox.ID, secret string, value []byte, hosts 
 	return ph, nil
 }
 
+// Restore registers value again under a placeholder Placeholder gave
+// sandbox id before a daemon restart (manager.ProxySecrets).
+func (s *Service) Restore(id sandbox.ID, placeholder, secret string, value []byte, hosts []string) error {
+	if !placeholderRE.MatchString(placeholder) || len(placeholder) != len(placeholderPrefix)+32 {
+		return fmt.Errorf("secret %s: %q is not a placeholder of this daemon", secret, placeholder)
+	}
+	set, err := rules.Compile(rules.Allowlist, hosts, nil)
+	if err != nil {
+		return fmt.Errorf("secret %s: hosts: %w", secret, err)
+	}
+	s.secrets.mu.Lock()
+	defer s.secrets.mu.Unlock()
+	if s.secrets.byPH == nil {
+		s.secrets.byPH = map[string]*proxySecret{}
+	}
+	if e, ok := s.secrets.byPH[placeholder]; ok && e.sandbox != id {
+		return fmt.Errorf("secret %s: placeholder held by another sandbox", secret)
+	}
+	s.secrets.byPH[placeholder] = &proxySecret{sandbox: id, name: secret, value: string(value), hosts: set}
+	return nil
+}
+
 // ForgetSecrets drops sandbox id's proxy-mode secrets (manager.ProxySecrets).
 func (s *Service) ForgetSecrets(id sandbox.ID) {
 	s.secrets.mu.Lock()

@@ -52,6 +52,10 @@ type Spec struct {
 	NetworkBlock []string `json:",omitempty"`
 	Labels       map[string]string
 	Env          map[string]string
+	// ProxySecrets names the proxy-mode secret behind each placeholder its
+	// processes were given (placeholder → secret name): kept, unlike Env,
+	// so a restarted daemon registers them with its egress proxy again.
+	ProxySecrets map[string]string `json:",omitempty"`
 	// RequireLayers are the isolation layers that must be applied; a driver that
 	// cannot apply one fails Start with ErrIsolation naming it.
 	RequireLayers []string

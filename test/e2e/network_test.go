@@ -28,6 +28,7 @@ func netDaemon(t *testing.T) (*daemon, *fakenet.Internet) {
 		"SBX_NETWORKS=none,allowlist,full",
 		"SBX_NETWORK_NAMESERVERS="+fakenet.Nameserver,
 		"SBX_NETWORK_HOSTS_FILE="+hosts,
+		"SBX_NETWORK_UPSTREAM_CA="+inet.CACertFile,
 		"SBX_POOL_SIZE=0")
 	t.Cleanup(func() {
 		d.cleanup()
@@ -202,9 +203,34 @@ func TestNetworkTiers(t *testing.T) {
 // leaves no veth behind; the router namespace goes with the last sandbox.
 func TestNetworkRestart(t *testing.T) {
 	d, inet := netDaemon(t)
-	keep := netSandbox(t, d, inet, map[string]any{"mode": "allowlist", "allow": []string{"allowed.test"}})
-	if r := d.sh(keep, "curl -sS -m 5 http://allowed.test/"); len(inet.HTTPRequests("allowed.test")) == 0 {
-		t.Fatalf("control before the restart: %+v", r)
+	const value = "restart-secret-VALUE-91"
+	if st, b := d.api("POST", "/v1/secrets", map[string]any{"name": "tok", "value": value, "mode": "proxy", "hosts": []string{"allowed.test"}}); st != 201 {
+		t.Fatalf("setting a secret: %d %s", st, b)
+	}
+	st, b := d.api("POST", "/v1/sandboxes", map[string]any{"network": map[string]any{"mode": "allowlist", "allow": []string{"allowed.test"}},
+		"secrets": map[string]string{"TOKEN": "tok"}})
+	if st != 201 {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	var created struct{ ID string }
+	json.Unmarshal(b, &created)
+	keep := created.ID
+	if st, b := d.api("PUT", "/v1/sandboxes/"+keep+"/files/write", map[string]any{"path": "/tmp/fake.pem", "content": string(inet.CACertPEM)}); st != 200 {
+		t.Fatalf("writing the CA: %d %s", st, b)
+	}
+	d.sh(keep, "cat /tmp/fake.pem /etc/ssl/certs/sbx-egress-ca.pem > /tmp/ca.pem")
+	// The proxy-mode secret reaches its host, before and after the restart.
+	secretSeen := func() bool {
+		for _, ev := range inet.HTTPRequests("allowed.test") {
+			if strings.Contains(ev.Header.Get("Authorization"), value) {
+				return true
+			}
+		}
+		return false
+	}
+	const withSecret = `curl -sS -m 5 --cacert /tmp/ca.pem -H "Authorization: Bearer $TOKEN" https://allowed.test/echo`
+	if r := d.sh(keep, withSecret); !secretSeen() {
+		t.Fatalf("control before the restart: the secret did not reach allowed.test: %+v", r)
 	}
 	d.stop()
 	pin := filepath.Join(d.dataDir, "network", "router.netns")
@@ -216,6 +242,10 @@ func TestNetworkRestart(t *testing.T) {
 	inet.Reset()
 	if r := d.sh(keep, "curl -sS -m 5 http://allowed.test/"); len(inet.HTTPRequests("allowed.test")) == 0 {
 		t.Fatalf("after the restart, allowed.test is out of reach: %+v", r)
+	}
+	inet.Reset()
+	if r := d.sh(keep, withSecret); !secretSeen() {
+		t.Errorf("after the restart, the proxy-mode secret is not substituted: %+v", r)
 	}
 	inet.Reset()
 	r := d.sh(keep, "curl -sS -m 5 -o /dev/null -w '%{http_code}' http://blocked.test/")
