@@ -42,11 +42,11 @@ func TestServeSecrets(t *testing.T) {
 	if st, b := call(d.url, "POST", "/v1/secrets", `{"name":"tok","value":"`+value+`"}`); st != 201 {
 		t.Fatalf("POST /v1/secrets = %d %s", st, b)
 	}
-	// Proxy mode: this daemon's egress path does not substitute secrets
-	// (yet), so it is refused, saying so.
+	// Proxy mode needs a tier that reaches the egress proxy: on the default
+	// tier (none) it is refused, naming it.
 	call(d.url, "POST", "/v1/secrets", `{"name":"gh","value":"v","mode":"proxy","hosts":["api.github.com"]}`)
-	if st, b := call(d.url, "POST", "/v1/sandboxes", `{"secrets":{"GH":"gh"}}`); st != 400 || !bytes.Contains(b, []byte("egress proxy")) {
-		t.Errorf("create with a proxy secret = %d %s; want 400 naming the egress proxy", st, b)
+	if st, b := call(d.url, "POST", "/v1/sandboxes", `{"secrets":{"GH":"gh"}}`); st != 400 || !bytes.Contains(b, []byte("needs network allowlist or full")) {
+		t.Errorf("create with a proxy secret = %d %s; want 400 naming the tier", st, b)
 	}
 	d.stop(t)
 	before, _ := os.ReadFile(keyPath)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -854,6 +855,158 @@ func nw12Attack(r *run) error {
 	}
 	if strings.Contains(string(b), nw12Value) || strings.Contains(e.d.log.String(), nw12Value) {
 		r.breach("the value is in the events or the daemon's log")
+	}
+	return nil
+}
+
+// AP-05: secrets in logs. A sandbox gets an env-mode and a proxy-mode secret,
+// every way they can be used is exercised, and then the daemon's log, the
+// audit log, the data dir's files, the daemon's and its helpers' argv and
+// environment and every API answer are searched for the values: zero hits,
+// while the secrets' names, sent the same ways, are found (the control).
+func ap05Setup(r *run) error {
+	e := r.nw()
+	r.state["env-value"] = "ap05-env-VALUE-" + randHex(12)
+	r.state["proxy-value"] = "ap05-proxy-VALUE-" + randHex(12)
+	r.state["env-name"], r.state["proxy-name"] = "ap05-env-"+randHex(4), "ap05-proxy-"+randHex(4)
+	for _, s := range []map[string]any{
+		{"name": r.state["env-name"], "value": r.state["env-value"]},
+		{"name": r.state["proxy-name"], "value": r.state["proxy-value"], "mode": "proxy", "hosts": []string{"allowed.test"}},
+	} {
+		if st, b := e.d.api("POST", "/v1/secrets", s); st != 201 {
+			return fmt.Errorf("setting a secret: %d %s", st, b)
+		}
+	}
+	st, b := e.d.api("POST", "/v1/sandboxes", map[string]any{
+		"network": map[string]any{"mode": "allowlist", "allow": []string{"allowed.test"}},
+		"secrets": map[string]string{"ENVSECRET": r.state["env-name"], "PROXYSECRET": r.state["proxy-name"]}})
+	r.record(b)
+	if st != 201 {
+		return fmt.Errorf("create: %d %s", st, b)
+	}
+	var sb struct{ ID string }
+	json.Unmarshal(b, &sb)
+	r.state["id"] = sb.ID
+	if st, b := e.d.api("PUT", "/v1/sandboxes/"+sb.ID+"/files/write", map[string]any{"path": "/tmp/fake.pem", "content": string(e.inet.CACertPEM)}); st != 200 {
+		return fmt.Errorf("writing the CA: %d %s", st, b)
+	}
+	e.sh(sb.ID, "cat /tmp/fake.pem /etc/ssl/certs/sbx-egress-ca.pem > /tmp/ca.pem")
+	return nil
+}
+
+func ap05Control(r *run) error {
+	e := r.nw()
+	id := r.state["id"]
+	// Every use: the sandbox's env, an exec's, sandbox.exec's handle, the
+	// proxy's substitution (allowed.test receives the proxy value), a
+	// refused substitution (plain HTTP), a failing exec that prints env.
+	e.sh(id, `curl -sS -m 5 --cacert /tmp/ca.pem -H "Authorization: Bearer $PROXYSECRET" https://allowed.test/echo > /dev/null; curl -sS -m 5 -H "X: $PROXYSECRET" http://allowed.test/echo > /dev/null`)
+	st, b := e.d.api("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": `test -n "$E2" && exit 3`, "secrets": map[string]string{"E2": r.state["env-name"]}})
+	r.record(b)
+	if st != 200 || !strings.Contains(string(b), `"exit_code":3`) {
+		return fmt.Errorf("exec with a secret: %d %s", st, b)
+	}
+	st, b = e.d.api("POST", "/v1/sandboxes/"+id+"/tools/sandbox.exec", map[string]any{"runtime": "sh", "code": `test -n "$K"`, "secrets": map[string]string{"K": "{{secret:" + r.state["env-name"] + "}}"}})
+	r.record(b)
+	if st != 200 {
+		return fmt.Errorf("sandbox.exec with a handle: %d %s", st, b)
+	}
+	received := false
+	for _, ev := range e.inet.HTTPRequests("allowed.test") {
+		received = received || strings.Contains(ev.Header.Get("Authorization"), r.state["proxy-value"])
+	}
+	if !received {
+		return fmt.Errorf("control: allowed.test never received the proxy-mode secret")
+	}
+	_, audit := e.d.api("GET", "/v1/audit?limit=1000", nil)
+	for _, name := range []string{r.state["env-name"], r.state["proxy-name"]} {
+		if !strings.Contains(string(audit), name) || !strings.Contains(e.d.log.String(), name) {
+			return fmt.Errorf("control: the secret name %s is not in the audit log and the daemon's log", name)
+		}
+	}
+	return nil
+}
+
+func ap05Attack(r *run) error {
+	e := r.nw()
+	_, audit := e.d.api("GET", "/v1/audit?limit=1000", nil)
+	_, events := e.d.api("GET", "/v1/sandboxes/"+r.state["id"]+"/network/events", nil)
+	places := map[string][]byte{"daemon log": []byte(e.d.log.String()), "audit log": audit, "network events": events}
+	r.mu.Lock()
+	places["API answers"] = append([]byte{}, r.recorded.Bytes()...)
+	r.mu.Unlock()
+	pids := []string{fmt.Sprint(e.d.cmd.Process.Pid)}
+	if out, err := exec.Command("pgrep", "-f", "__sbx_spawner").Output(); err == nil {
+		pids = append(pids, strings.Fields(string(out))...)
+	}
+	for _, pid := range pids {
+		for _, f := range []string{"cmdline", "environ"} {
+			b, _ := os.ReadFile("/proc/" + pid + "/" + f)
+			places["/proc/"+pid+"/"+f] = b
+		}
+	}
+	filepath.WalkDir(e.d.dataDir, func(p string, de os.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			if de != nil && de.IsDir() && (de.Name() == "backends" || de.Name() == "layers") {
+				return filepath.SkipDir // the sandboxes' own files: they may hold an env value
+			}
+			return nil
+		}
+		if fi, err := de.Info(); err == nil && fi.Mode().IsRegular() && fi.Size() < 64<<20 {
+			b, _ := os.ReadFile(p)
+			places["file "+p] = b
+		}
+		return nil
+	})
+	for where, b := range places {
+		for _, v := range []string{r.state["env-value"], r.state["proxy-value"]} {
+			if strings.Contains(string(b), v) {
+				r.breach("a secret's value is in %s", where)
+			}
+		}
+	}
+	return nil
+}
+
+// AP-08: request smuggling through the egress proxy (CL.TE, TE.TE,
+// obfuscated Transfer-Encoding); the smuggled request must never reach a
+// host the rules deny, nor arrive unjudged.
+func ap08Setup(r *run) error {
+	r.state["allow"] = r.nw().allowlist()
+	return nil
+}
+
+const ap08Probe = `python3 - <<'PY'
+import socket
+s = socket.create_connection(("198.18.1.10", 80), 5)
+s.sendall(%s)
+s.settimeout(3)
+try:
+    while True:
+        b = s.recv(4096)
+        if not b: break
+        print(b)
+except Exception as e:
+    print("end", e)
+PY`
+
+func ap08Control(r *run) error {
+	return r.nw().control(r.state["allow"], fmt.Sprintf(ap08Probe, `b"POST /echo HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\n\r\nhello"`), "a plain POST", httpHost("allowed.test"))
+}
+
+func ap08Attack(r *run) error {
+	e := r.nw()
+	for name, payload := range map[string]string{
+		"CL.TE":               `b"POST /echo HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 60\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: blocked.test\r\n\r\n"`,
+		"TE.CL":               `b"POST /echo HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5c\r\nGET /smuggled HTTP/1.1\r\nHost: blocked.test\r\nContent-Length: 15\r\n\r\nx=1\r\n0\r\n\r\n"`,
+		"TE.TE obfuscated":    `b"POST /echo HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nTransfer-encoding: x\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: blocked.test\r\n\r\n"`,
+		"two Content-Lengths": `b"POST /echo HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\nContent-Length: 44\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: blocked.test\r\n\r\n"`,
+		"CRLF in a header":    `b"GET /echo HTTP/1.1\r\nHost: allowed.test\r\nX-A: 1\rHost: blocked.test\r\n\r\n"`,
+	} {
+		e.blocked(r.state["allow"], fmt.Sprintf(ap08Probe, payload), "smuggling "+name, func(ev fakenet.Event) bool {
+			return strings.EqualFold(ev.Name, "blocked.test") || ev.Local.Addr() == fakenet.BlockedAddr ||
+				ev.Kind == fakenet.KindHTTP && strings.Contains(ev.Path, "smuggled") && !strings.EqualFold(ev.Name, "allowed.test")
+		})
 	}
 	return nil
 }
