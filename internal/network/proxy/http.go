@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -69,6 +70,7 @@ func (k *conn) serveHTTPOn(c net.Conn, explicit bool, within string, secure bool
 	}
 	go srv.Serve(ln)
 	<-ln.done
+	h.up.close()
 	if h.tunnel != nil { // set before done was closed
 		h.tunnel()
 	}
@@ -81,6 +83,15 @@ type bufConn struct {
 }
 
 func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// ReadFrom lets http's ResponseWriter hand a body to the connection's own
+// ReadFrom: splice(2) from another TCP socket.
+func (c *bufConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
 
 // oneConn is a listener that yields one connection, then waits for it to end.
 type oneConn struct {
@@ -114,6 +125,8 @@ type httpHandler struct {
 	secure    bool
 	transport *http.Transport
 	ln        *oneConn
+	// up is the plain-HTTP upstream connection (forward.go).
+	up upstream
 	// tunnel, set by a CONNECT before it ends the server, serves the tunnel.
 	tunnel func()
 }
@@ -175,6 +188,16 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, why := range s.Rewrite(h.k.sb.ID, name, r.Header, h.secure) {
 			h.k.refuse("http", dst, why)
 		}
+	}
+	// Plain HTTP goes through the splicing forwarder; TLS the proxy
+	// terminated and protocol upgrades (WebSocket) through ReverseProxy.
+	if !h.secure && r.Header.Get("Upgrade") == "" {
+		if err := h.forward(w, r, name, port, dst); err != nil {
+			h.k.refuse("http", dst, "upstream: "+err.Error())
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, "sbx egress proxy: %s: %v\n", dst, err)
+		}
+		return
 	}
 	scheme := "http"
 	if h.secure {

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -515,5 +517,81 @@ func BenchmarkHTTPStream(b *testing.B) {
 			b.Fatal(k, err)
 		}
 		c.Close()
+	}
+}
+
+// TestForward covers the plain-HTTP forwarder: a body of known length comes
+// back whole (spliced), HEAD keeps its Content-Length and has no body, a
+// body of unknown length streams as it comes, and requests on one kept-alive
+// connection share one upstream connection.
+func TestForward(t *testing.T) {
+	f := newFakeNet(t, rules.Allowlist, []string{"allowed.test"}, nil)
+	big := make([]byte, 8<<20+123)
+	rand.Read(big)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	upConns := 0
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Header().Set("Content-Length", fmt.Sprint(len(big)))
+			if r.Method != http.MethodHead {
+				w.Write(big)
+			}
+		case "/stream":
+			w.Write([]byte("first\n"))
+			w.(http.Flusher).Flush()
+			<-release
+			w.Write([]byte("second\n"))
+		default:
+			fmt.Fprint(w, "ok")
+		}
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			upConns++
+			mu.Unlock()
+		}
+	}
+	up.Start()
+	defer up.Close()
+	f.servers[netip.AddrPortFrom(allowedIP, 80)] = up.Listener.Addr().String()
+
+	c := f.connect("198.18.1.10:80")
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	do := func(req string) *http.Response {
+		t.Helper()
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(br, &http.Request{Method: strings.Fields(req)[0]})
+		if err != nil {
+			t.Fatalf("%q: %v", req, err)
+		}
+		return resp
+	}
+	resp := do("GET /big HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	got, _ := io.ReadAll(resp.Body)
+	if !bytes.Equal(got, big) || resp.ContentLength != int64(len(big)) {
+		t.Fatalf("big body: %d bytes (Content-Length %d), want %d, equal %v", len(got), resp.ContentLength, len(big), bytes.Equal(got, big))
+	}
+	resp = do("HEAD /big HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if resp.ContentLength != int64(len(big)) {
+		t.Errorf("HEAD: Content-Length %d", resp.ContentLength)
+	}
+	resp = do("GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+		t.Errorf("small: %q", b)
+	}
+	mu.Lock()
+	if upConns != 1 {
+		t.Errorf("three requests on one connection used %d upstream connections, want 1", upConns)
+	}
+	mu.Unlock()
+	resp = do("GET /stream HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	close(release)
+	if err != nil || line != "first\n" {
+		t.Errorf("a streamed body's first line before the rest was written: %q, %v", line, err)
 	}
 }

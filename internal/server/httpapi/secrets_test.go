@@ -66,6 +66,8 @@ func (p *placeholders) Placeholder(id sandbox.ID, secret string, value []byte, h
 	return fmt.Sprintf("sbx-placeholder-%d", p.n), nil
 }
 
+func (p *placeholders) Restore(sandbox.ID, string, string, []byte, []string) error { return nil }
+
 func (p *placeholders) ForgetSecrets(id sandbox.ID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
