@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/network/rules"
 	"sbx/internal/logkey"
+	"sbx/internal/network/rules"
 	"sbx/internal/sandbox"
 	"sbx/internal/secrets"
 	"sbx/internal/store"
