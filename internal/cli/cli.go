@@ -71,6 +71,7 @@ func commands() []command {
 		{"get", "show a sandbox", runGet},
 		{"rm", "delete sandboxes", runRm},
 		{"url", "print the preview URL of a port of a sandbox", runURL},
+		{"network", "change a sandbox's network tier, or show its egress decisions: network set|events", runNetwork},
 		{"secret", "set, list or delete secrets: secret set|ls|rm", runSecret},
 		{"tools", "list the agent tools", runTools},
 		{"tool", "call an agent tool in a sandbox", runTool},

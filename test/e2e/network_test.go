@@ -196,6 +196,23 @@ func TestNetworkTiers(t *testing.T) {
 	if !strings.Contains(d.log.String(), "egress refused") || !strings.Contains(d.log.String(), "sandbox_id="+ids["allowlist"]) {
 		t.Errorf("the daemon's log has no egress refusal naming the sandbox")
 	}
+	// The same from the CLI, and a change of tier.
+	out, errOut, code := d.cli("network", "events", ids["allowlist"])
+	if code != 0 || !strings.Contains(out, "refused  http") || !strings.Contains(out, "blocked.test:80") || !strings.Contains(out, "refused in all") {
+		t.Errorf("sbx network events = %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = d.cli("network", "set", ids["full"], "--allow", "allowed.test", "--block", "evil.test")
+	if code != 0 || strings.TrimSpace(out) != "allowlist, allow allowed.test, block evil.test" {
+		t.Errorf("sbx network set = %d %q %q", code, out, errOut)
+	}
+	inet.Reset()
+	d.sh(ids["full"], "curl -sS -m 5 --noproxy '*' http://blocked.test/")
+	if len(inet.HTTPRequests("blocked.test")) != 0 {
+		t.Errorf("after sbx network set to an allowlist, blocked.test is reached")
+	}
+	if _, errOut, code := d.cli("network", "set", ids["full"], "--network", "sideways"); code == 0 || !strings.Contains(errOut, "network.mode") {
+		t.Errorf("sbx network set --network sideways = %d %q", code, errOut)
+	}
 }
 
 // TestNetworkRestart: a networked sandbox keeps its network, and its rules,
