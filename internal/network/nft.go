@@ -21,7 +21,7 @@ const vethPrefix = "sb"
 // to the resolver; the router answers nothing else, and forwards nothing (its
 // ip_forward is off as well). Which sandbox a flow belongs to is its source
 // address, which the strict reverse-path filter binds to the sandbox's veth.
-func applyRules(ns *os.File, proxyPort, dnsPort uint16) error {
+func applyRules(ns *os.File, proxyPort, dnsPort, udpPort uint16) error {
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
 	if err != nil {
 		return err
@@ -39,6 +39,8 @@ func applyRules(ns *os.File, proxyPort, dnsPort uint16) error {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept})
+	tproxy := c.AddChain(&nftables.Chain{Name: "udp", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept})
 
 	fromSandbox := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
@@ -80,6 +82,20 @@ func applyRules(ns *os.File, proxyPort, dnsPort uint16) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 	}, verdict(expr.VerdictDrop))...)
 
+	// udp: every other UDP datagram to the relay's transparent socket,
+	// marked so that the router's policy routing delivers it locally.
+	mark := []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(udpMark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+	rule(tproxy, cat(l4(unix.IPPROTO_UDP),
+		[]expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(udpPort)},
+			&expr.TProxy{Family: unix.NFPROTO_IPV4, TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
+		}, mark, verdict(expr.VerdictAccept))...)
+
 	// redirect: DNS to the resolver, every other TCP flow to the proxy.
 	rule(nat, cat(l4(unix.IPPROTO_UDP), dport(53), redirect(dnsPort))...)
 	rule(nat, cat(l4(unix.IPPROTO_TCP), dport(53), redirect(dnsPort))...)
@@ -89,6 +105,10 @@ func applyRules(ns *os.File, proxyPort, dnsPort uint16) error {
 	rule(input, cat(l4(unix.IPPROTO_TCP), dport(proxyPort), verdict(expr.VerdictAccept))...)
 	rule(input, cat(l4(unix.IPPROTO_TCP), dport(dnsPort), verdict(expr.VerdictAccept))...)
 	rule(input, cat(l4(unix.IPPROTO_UDP), dport(dnsPort), verdict(expr.VerdictAccept))...)
+	rule(input, cat([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(udpMark)},
+	}, verdict(expr.VerdictAccept))...)
 	rule(input, verdict(expr.VerdictDrop)...)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("writing the router's nftables rules: %w", err)

@@ -4,9 +4,10 @@
 // Every such sandbox gets a veth pair: eth0 inside, with one /32 address and a
 // default route, and its other end in the router, a network namespace the
 // daemon owns (pinned in its data dir, so it outlives a restart). The router
-// forwards nothing: nftables redirects each TCP flow to the proxy's listener
-// and DNS to the resolver's, both sockets the daemon opened inside it, and
-// drops everything else. The proxy dials out from the daemon's own namespace.
+// forwards nothing: nftables redirects each TCP flow to the proxy's listener,
+// DNS to the resolver's and other UDP (TPROXY) to the full tier's relay
+// (udp.go), sockets the daemon opened inside it, and drops everything else.
+// The proxy and the relay dial out from the daemon's own namespace.
 // So the only way out of a sandbox is through the daemon, under the
 // sandbox's rules; the host's own namespace is never changed.
 package network
@@ -144,10 +145,25 @@ func (r *Router) open() error {
 		if err != nil {
 			return err
 		}
-		return netlink.LinkSetUp(lo)
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		// The UDP relay's datagrams (marked by TPROXY) are delivered
+		// locally, whatever their destination.
+		rule := netlink.NewRule()
+		rule.Mark, rule.Table, rule.Family = udpMark, udpTable, unix.AF_INET
+		if err := netlink.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("the UDP relay's routing rule: %w", err)
+		}
+		local := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
+			Table: udpTable, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+		if err := netlink.RouteReplace(local); err != nil {
+			return fmt.Errorf("the UDP relay's local route: %w", err)
+		}
+		return nil
 	})
 	if err == nil {
-		err = applyRules(ns, ProxyPort, DNSPort)
+		err = applyRules(ns, ProxyPort, DNSPort, UDPPort)
 	}
 	var nl *netlink.Handle
 	if err == nil {

@@ -57,6 +57,7 @@ type Service struct {
 	resolver  *dns.Server
 	ca        *CA
 	secrets   secretBook
+	udp       *udpRelay
 
 	mu      sync.Mutex
 	rules   map[sandbox.ID]*rules.Set
@@ -165,9 +166,19 @@ func (s *Service) listen(ns *os.File) error {
 	if err != nil {
 		return err
 	}
+	udpPC, err := listenUDP(ns)
+	if err != nil {
+		proxyLn.Close()
+		dnsLn.Close()
+		dnsPC.Close()
+		return fmt.Errorf("the UDP relay's socket: %w", err)
+	}
+	relay := &udpRelay{s: s, ns: ns, pc: udpPC, flows: map[flowKey]*udpFlow{}, per: map[string]int{}}
 	s.mu.Lock()
 	s.closers = append(s.closers, proxyLn, dnsLn, dnsPC)
+	s.udp = relay
 	s.mu.Unlock()
+	go relay.serve()
 	go s.proxy.Serve(proxyLn)
 	go s.resolver.ServeStream(dnsLn)
 	go s.resolver.ServePacket(dnsPC)
@@ -218,6 +229,7 @@ func (s *Service) SetRules(id sandbox.ID, set *rules.Set) {
 	s.mu.Unlock()
 	if old != nil && old != set {
 		s.proxy.Cut(string(id))
+		s.cutUDP(id)
 	}
 }
 
@@ -228,7 +240,18 @@ func (s *Service) Forget(id sandbox.ID) {
 	delete(s.events, id)
 	s.mu.Unlock()
 	s.proxy.Cut(string(id))
+	s.cutUDP(id)
 	s.ForgetSecrets(id)
+}
+
+// cutUDP ends sandbox id's UDP flows.
+func (s *Service) cutUDP(id sandbox.ID) {
+	s.mu.Lock()
+	relay := s.udp
+	s.mu.Unlock()
+	if relay != nil {
+		relay.cut(string(id))
+	}
 }
 
 // Events returns sandbox id's recent events, oldest first, and how many it
@@ -274,6 +297,12 @@ func (s *Service) Close(remove bool) error {
 	s.mu.Unlock()
 	for _, c := range closers {
 		c.Close()
+	}
+	s.mu.Lock()
+	relay := s.udp
+	s.mu.Unlock()
+	if relay != nil {
+		relay.close()
 	}
 	s.proxy.Close()
 	s.resolver.Close()

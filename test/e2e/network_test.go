@@ -126,9 +126,15 @@ func networkProbes(inet *fakenet.Internet) []probe {
 			seen(func(inet *fakenet.Internet) int { return inet.Count(fakenet.Is(fakenet.KindCanary)) }), never},
 		{"allowed name rebinding to loopback", fmt.Sprintf(curl+"--noproxy '*' http://loop.test:%d/", canary.Loopback.Port()),
 			seen(func(inet *fakenet.Internet) int { return inet.Count(fakenet.Is(fakenet.KindCanary)) }), never},
-		{"UDP to an allowed IP", `python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'quic', ('198.18.1.10', 443)); s.sendto(b'x', ('198.18.1.10', 9999))"`,
+		{"UDP to a public IP (QUIC, an echo)", `python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(b'quic', ('198.18.1.10', 443)); s.sendto(b'ping', ('198.18.1.10', 9999)); print(s.recvfrom(64))"`,
 			seen(func(inet *fakenet.Internet) int {
 				return inet.Count(func(e fakenet.Event) bool { return e.Kind == fakenet.KindUDP && e.Local.Addr() == fakenet.AllowedAddr })
+			}), full},
+		{"UDP to the metadata address", `python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('169.254.169.254', 9999)); s.sendto(b'x', ('198.18.0.1', 9999))"`,
+			seen(func(inet *fakenet.Internet) int {
+				return inet.Count(func(e fakenet.Event) bool {
+					return e.Kind == fakenet.KindUDP && (e.Local.Addr() == fakenet.MetadataAddr || e.Local.Addr() == fakenet.HostAddr)
+				})
 			}), never},
 	}
 }
@@ -166,6 +172,11 @@ func TestNetworkTiers(t *testing.T) {
 		table.WriteString(row + "\n")
 	}
 	t.Logf("tier × probe, as the far end saw it:\n%s", table.String())
+
+	// Under full, UDP answers come back, from the address asked.
+	if r := d.sh(ids["full"], `python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(b'ping', ('198.18.1.10', 9999)); print(s.recvfrom(64))"`); !strings.Contains(r.Stdout, "('198.18.1.10', 9999)") || !strings.Contains(r.Stdout, "ping") {
+		t.Errorf("a UDP echo under full: %q %q", r.Stdout, r.Stderr)
+	}
 
 	// NW-02: a blocked name through the proxy answers 403 with a reason, and
 	// the refusal is in the sandbox's events with the destination and rule.
