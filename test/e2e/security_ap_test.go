@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -671,6 +672,9 @@ func ap12Attack(r *run) error {
 		dur = 120 * time.Second
 	}
 	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("SBX_AP12_SEED"), 10, 64); err == nil {
+		seed = v // replaying a run's seed (its note names it)
+	}
 	rnd := rand.New(rand.NewPCG(seed, seed>>7))
 	r.note("seed %d, %s", seed, dur)
 	logStart := len(r.d.log.String())
@@ -703,7 +707,11 @@ func ap12Attack(r *run) error {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		r.record(b)
-		if resp.StatusCode >= 500 && resp.StatusCode != 503 {
+		// 503 is a refusal to retry; 504 deadline_exceeded is a command that
+		// ran out of the time the request itself gave it (sandbox.exec's
+		// timeout_ms: 1), the documented answer: neither is a server fault.
+		timedOut := resp.StatusCode == 504 && bytes.Contains(b, []byte(`"code":"deadline_exceeded"`))
+		if resp.StatusCode >= 500 && resp.StatusCode != 503 && !timedOut {
 			r.breach("AP-12: %s %s %s = %d %.300s", rt.method, squeeze(path), squeeze(string(body)), resp.StatusCode, b)
 		}
 	}
