@@ -106,14 +106,6 @@ func (r *Router) Lookup(a netip.Addr) (sandbox.ID, bool) {
 	return id, ok
 }
 
-// Addr is the address of sandbox id, if it is attached.
-func (r *Router) Addr(id sandbox.ID) (netip.Addr, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a, ok := r.byID[id]
-	return a, ok
-}
-
 // open makes or re-adopts the namespace. r.mu is held.
 func (r *Router) open() error {
 	if r.ns != nil {
