@@ -1,4 +1,4 @@
-module sbx
+module sbx.dev/sbx
 
 go 1.26.8
 

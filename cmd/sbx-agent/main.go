@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"sbx/internal/stage"
+	"sbx.dev/sbx/internal/stage"
 )
 
 func main() {

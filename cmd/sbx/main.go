@@ -7,9 +7,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"sbx/internal/cli"
-	"sbx/internal/daemon"
-	"sbx/internal/stage"
+	"sbx.dev/sbx/internal/cli"
+	"sbx.dev/sbx/internal/daemon"
+	"sbx.dev/sbx/internal/stage"
 )
 
 func main() {

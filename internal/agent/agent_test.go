@@ -9,11 +9,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agent"
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // TestMain makes the test process a subreaper, as the local backend's agent is:

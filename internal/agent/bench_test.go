@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // BenchmarkExecTrue measures one exec of `true` through agentclient, the

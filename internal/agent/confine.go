@@ -14,11 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/isolation/landlock"
-	"sbx/internal/isolation/nsinit"
-	"sbx/internal/isolation/seccomp/filter"
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/isolation/landlock"
+	"sbx.dev/sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/internal/isolation/seccomp/filter"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // confinement is what every started process runs under.

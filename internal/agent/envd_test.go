@@ -16,11 +16,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx/api/agent/boot"
-	fspb "sbx/api/agent/filesystem"
-	"sbx/api/agent/filesystem/filesystemconnect"
-	pb "sbx/api/agent/process"
-	"sbx/api/agent/process/processconnect"
+	"sbx.dev/sbx/api/agent/boot"
+	fspb "sbx.dev/sbx/api/agent/filesystem"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	pb "sbx.dev/sbx/api/agent/process"
+	"sbx.dev/sbx/api/agent/process/processconnect"
 )
 
 // envdClients are raw Connect clients speaking JSON, as E2B's SDK does.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestExec(t *testing.T) {

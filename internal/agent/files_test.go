@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestFiles(t *testing.T) {

@@ -3,7 +3,7 @@ package agent_test
 import (
 	"syscall"
 
-	"sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/agentclient"
 )
 
 func syscallMkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }

@@ -22,13 +22,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agent/files"
-	"sbx/internal/agent/process"
-	"sbx/internal/agent/service"
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/isolation/nsinit"
-	"sbx/internal/logkey"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/agent/files"
+	"sbx.dev/sbx/internal/agent/process"
+	"sbx.dev/sbx/internal/agent/service"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/internal/logkey"
 )
 
 // Version is reported by Health.

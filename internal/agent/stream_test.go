@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // streamed is what a follower of an exec stream got.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // startBackground starts req in the background and returns its process id.

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // testCgroup makes a cgroup of its own under the v2 hierarchy (the hybrid

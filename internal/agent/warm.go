@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/agent/service"
-	"sbx/internal/procmaps"
+	"sbx.dev/sbx/internal/agent/service"
+	"sbx.dev/sbx/internal/procmaps"
 )
 
 // warmIdle is how long the agent waits without a request before it warms up.

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/procmaps"
+	"sbx.dev/sbx/internal/procmaps"
 )
 
 // codeResidency sums Size and Rss (KiB) over this process's file-backed

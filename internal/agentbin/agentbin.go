@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/procmaps"
+	"sbx.dev/sbx/internal/procmaps"
 )
 
 //go:embed bin

@@ -18,8 +18,8 @@ func TestBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bi.Path != "sbx/cmd/sbx-agent" {
-		t.Errorf("embedded binary is %q, want sbx/cmd/sbx-agent", bi.Path)
+	if bi.Path != "sbx.dev/sbx/cmd/sbx-agent" {
+		t.Errorf("embedded binary is %q, want sbx.dev/sbx/cmd/sbx-agent", bi.Path)
 	}
 	if err := Release(); err != nil {
 		t.Fatal(err)

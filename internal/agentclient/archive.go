@@ -13,9 +13,9 @@ import (
 	"net/url"
 	"strconv"
 
-	agentfiles "sbx/api/agent/files"
-	"sbx/internal/sandbox"
-	"sbx/internal/tarsafe"
+	agentfiles "sbx.dev/sbx/api/agent/files"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // UploadArchive streams the tar or gzip-compressed tar r to the agent, which

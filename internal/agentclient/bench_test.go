@@ -3,7 +3,7 @@ package agentclient
 import (
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func BenchmarkHealth(b *testing.B) {

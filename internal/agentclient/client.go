@@ -21,11 +21,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	fspb "sbx/api/agent/filesystem"
-	"sbx/api/agent/filesystem/filesystemconnect"
-	pb "sbx/api/agent/sbxagent"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/sandbox"
+	fspb "sbx.dev/sbx/api/agent/filesystem"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // maxReplyBytes bounds one message from the agent.

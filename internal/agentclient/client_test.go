@@ -13,10 +13,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "sbx/api/agent/sbxagent"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // stuckAgent answers Health, and Exec with a started event and then nothing

@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "sbx/api/agent/sbxagent"
-	"sbx/internal/sandbox"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Terminal returns process pid (an agent process id) when it runs in a

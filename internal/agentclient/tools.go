@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "sbx/api/agent/sbxagent"
-	"sbx/internal/sandbox"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // ReadOutput reads the output log of process pid (started with

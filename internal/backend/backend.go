@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Driver runs sandboxes of one isolation kind. To the manager a sandbox is an

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Proc is a driver's hold on a sandbox's first process: the agent, or the init

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestRegistry(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"sbx/api/agent/boot"
+	"sbx.dev/sbx/api/agent/boot"
 )
 
 // ReadyReport reads what an init stage or agent wrote on its ReadyFD before

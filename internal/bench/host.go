@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
+	"sbx.dev/sbx/api/agent/boot"
 )
 
 // bwrapArgs is a one-shot bubblewrap sandbox comparable to sbx's jail: every

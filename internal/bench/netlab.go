@@ -22,7 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // Lab addresses: the daemon's namespace and the upstream server's.

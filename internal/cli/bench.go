@@ -23,9 +23,9 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/bench"
-	"sbx/internal/client"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/bench"
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {

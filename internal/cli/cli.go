@@ -18,7 +18,7 @@ import (
 	"slices"
 	"strings"
 
-	"sbx/internal/client"
+	"sbx.dev/sbx/client"
 )
 
 // ServeFunc runs the daemon with the arguments after "serve"; it returns an exit code.

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 const (

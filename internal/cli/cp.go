@@ -15,8 +15,8 @@ import (
 	"regexp"
 	"strings"
 
-	"sbx/api/openapi"
-	"sbx/internal/client"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/client"
 )
 
 // remoteArg is "ID:/path": an id of the sandbox shape, a colon, a path.

@@ -13,9 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sbx/api/openapi"
-	"sbx/internal/client"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func localIsDir(p string) bool {

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"math"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // createFlags are the flags of create, shared by run.

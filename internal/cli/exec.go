@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/client"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/client"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // execFlags are the flags of exec, shared by run.

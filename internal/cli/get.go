@@ -3,7 +3,7 @@
 package cli
 
 import (
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 
 	"context"
 	"fmt"

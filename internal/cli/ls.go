@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 func runLs(ctx context.Context, e *env, args []string) int {

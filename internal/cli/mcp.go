@@ -18,7 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx/internal/client"
+	"sbx.dev/sbx/client"
 )
 
 // mcpKeepAlive is how often the daemon's session is pinged: a host may stay

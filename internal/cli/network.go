@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 const networkSynopsis = "set [--json] ID --network none|allowlist|full [--allow D]… [--block D]…  |  events [--json] ID"

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/term"
 
-	"sbx/api/openapi"
-	"sbx/internal/client"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/client"
 )
 
 // eot is ^D: sent when a piped stdin ends, so that a program reading its

@@ -12,7 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // ptyDaemon adds a stand-in of the terminal route to d: it echoes what it

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/term"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // maxSecretBytes is the daemon's bound of a secret's value (64 KiB).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // secretDaemon is a stand-in for the secret routes: it keeps what it was

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 func runURL(ctx context.Context, e *env, args []string) int {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 func TestURL(t *testing.T) {

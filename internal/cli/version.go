@@ -10,7 +10,7 @@ import (
 )
 
 // Version is sbx's version; the build may set it with
-// -ldflags "-X sbx/internal/cli.Version=v1.2.3".
+// -ldflags "-X sbx.dev/sbx/internal/cli.Version=v1.2.3".
 var Version = ""
 
 // version returns Version, else what the build recorded.

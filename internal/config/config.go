@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/sandbox"
-	"sbx/internal/tarsafe"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // Config is what `sbx serve` runs with.

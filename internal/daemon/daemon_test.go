@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/backend"
-	"sbx/internal/backend/fake"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 const testBackend = "fake-daemontest"

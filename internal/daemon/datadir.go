@@ -15,9 +15,9 @@ import (
 	"strings"
 	"syscall"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // lockDataDir takes an exclusive lock on <dir>/sbx.lock for the daemon's life:

@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"sbx/internal/backend/native"
+	"sbx.dev/sbx/internal/backend/native"
 )
 
 // GC is `sbx gc [--dry-run] [--json]`: it removes the sandboxes of sbx

@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"sbx/internal/backend"
-	"sbx/internal/config"
-	"sbx/internal/manager"
-	"sbx/internal/network"
-	"sbx/internal/network/dns"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/config"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/network"
+	"sbx.dev/sbx/internal/network/dns"
 )
 
 // openNetwork returns the egress path, or nil when the config turns it off.

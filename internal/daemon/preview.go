@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
 )
 
 // ensurePreviewKey returns the secret in <dir>/preview.key (hex, mode 0600),

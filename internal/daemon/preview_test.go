@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 func TestEnsurePreviewKey(t *testing.T) {

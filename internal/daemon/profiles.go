@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"sbx/internal/isolation/seccomp"
+	"sbx.dev/sbx/internal/isolation/seccomp"
 )
 
 // loadSeccompProfiles registers the operator's seccomp profiles, one JSON

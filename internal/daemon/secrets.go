@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/network"
-	"sbx/internal/secrets"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/network"
+	"sbx.dev/sbx/internal/secrets"
 )
 
 // openSecretBox returns the box over <dir>/secrets.key, making the key on

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/internal/secrets"
+	"sbx.dev/sbx/internal/secrets"
 )
 
 // The daemon makes its secrets key on the first start and keeps it: a

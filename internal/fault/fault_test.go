@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"sbx/internal/fault"
+	"sbx.dev/sbx/internal/fault"
 )
 
 // helperEnv makes the test binary a helper: it passes fault.Jail and exits 0.
@@ -68,7 +68,7 @@ func TestPointWithTagKills(t *testing.T) {
 		t.Skip("this binary has the tag; TestPointInThisBuild covers it")
 	}
 	bin := filepath.Join(t.TempDir(), "fault.test")
-	goTool(t, "test", "-c", "-tags", "sbxfault", "-o", bin, "sbx/internal/fault")
+	goTool(t, "test", "-c", "-tags", "sbxfault", "-o", bin, "sbx.dev/sbx/internal/fault")
 	if ps := runHelper(t, bin, fault.Jail); !killed(ps) {
 		t.Errorf("tagged build, %s=%s: helper ended %v, want SIGKILL", fault.Env, fault.Jail, ps)
 	}
@@ -86,7 +86,7 @@ func TestPointInlinedWithoutTag(t *testing.T) {
 	if fault.Enabled {
 		t.Skip("this binary has the tag")
 	}
-	out := goTool(t, "build", "-gcflags=-m", "sbx/internal/manager", "sbx/internal/backend/native")
+	out := goTool(t, "build", "-gcflags=-m", "sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend/native")
 	// Positions are printed relative to this directory: ../manager/create.go.
 	for _, pkg := range []string{"manager/", "backend/native/"} {
 		found := false

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // UploadArchive streams the tar or gzip-compressed tar r to sandbox id's agent,

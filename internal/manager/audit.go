@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // AuditRecord is one audited call; AuditQuery selects records.

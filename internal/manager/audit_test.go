@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // syncBuffer is a log sink the writer goroutine and the test share.

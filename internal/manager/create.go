@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/fault"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/fault"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Create admits req through the policy, the limits of ctx's key and the queue,

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // client returns the agent client of running sandbox id.

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func (m *Manager) ReadFile(ctx context.Context, id sandbox.ID, path string, offset, limit int64) (_ sandbox.ReadResult, retErr error) {

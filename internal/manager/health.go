@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // BackendHealth is one driver's probe, as GET /v1/health shows it.

@@ -15,9 +15,9 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // IdempotencyTTL is how long an idempotency key names its sandbox.

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // keyCacheTTL bounds how long a key found valid is trusted without the store.

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Limits bound what each API key, and all keys together, may hold and do. A zero

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // as returns ctx carrying the (non-admin) API key id.

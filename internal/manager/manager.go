@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
-	"sbx/internal/secrets"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/secrets"
+	"sbx.dev/sbx/internal/store"
 )
 
 // NamedDriver is one entry of the SANDBOX_BACKEND fallback list.

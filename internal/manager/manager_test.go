@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/backend/fake"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
 )
 
 // clock is an injected pair of clocks the tests move by hand: the wall

@@ -9,10 +9,10 @@ import (
 	"errors"
 	"fmt"
 
-	"sbx/internal/backend"
-	"sbx/internal/network"
-	"sbx/internal/network/rules"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/network"
+	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Network is the egress path's record of the sandboxes' rules

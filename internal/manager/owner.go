@@ -7,7 +7,7 @@ package manager
 import (
 	"context"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // owns reports whether ctx's key may act on a sandbox owned by owner: the

@@ -16,10 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // warm is one ready sandbox in the pool.

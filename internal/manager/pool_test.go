@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // waitReady polls the pool until it holds n ready sandboxes; the deadline is a

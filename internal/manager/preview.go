@@ -19,9 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // PreviewSecretBytes is the size of a preview secret (Options.PreviewSecret).

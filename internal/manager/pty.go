@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // TerminalTimeout is the timeout of a terminal started without one: the

@@ -8,8 +8,8 @@ import (
 	"context"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // quarantineRetry is how often quarantined teardowns are tried again.

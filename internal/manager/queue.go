@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // RetryError is a refusal (ErrUnavailable, ErrLimit, ErrWrongState) that says

@@ -10,10 +10,10 @@ import (
 	"fmt"
 	"sync"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // recoverParallelism bounds the sandboxes recovered at once.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Get returns the record of sandbox id.

@@ -18,11 +18,11 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/network/rules"
-	"sbx/internal/sandbox"
-	"sbx/internal/secrets"
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/secrets"
+	"sbx.dev/sbx/internal/store"
 )
 
 // ProxySecrets is the egress proxy's side of proxy-mode secrets (network.Service implements it).

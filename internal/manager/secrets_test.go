@@ -12,10 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	"sbx/internal/backend"
-	"sbx/internal/backend/fake"
-	"sbx/internal/sandbox"
-	"sbx/internal/secrets"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/secrets"
 )
 
 // fakeProxy is the egress proxy's side of proxy-mode secrets as the

@@ -9,8 +9,8 @@ import (
 	"context"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // maxReaperSleep bounds one sleep of the reaper, so a clock the tests inject (or

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // countingReader counts what is read from it.

@@ -28,10 +28,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 const (

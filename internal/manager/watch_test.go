@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // lossBound is how soon an agent's loss must show (SECURITY.md PR-03, RL-03).

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // nsfsMagic is NSFS_MAGIC: what statfs says of a namespace file.

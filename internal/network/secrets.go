@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
-	"sbx/internal/network/rules"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // placeholderPrefix starts every placeholder; the rest is 32 random hex

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/logkey"
-	"sbx/internal/network/dns"
-	"sbx/internal/network/proxy"
-	"sbx/internal/network/rules"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/network/dns"
+	"sbx.dev/sbx/internal/network/proxy"
+	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // ServiceConfig configures a Service.

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // UDPPort is the relay's transparent socket in the router; udpMark marks

@@ -6,10 +6,10 @@ package stage
 import (
 	"os"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agent"
-	"sbx/internal/backend/native/forker"
-	"sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/agent"
+	"sbx.dev/sbx/internal/backend/native/forker"
+	"sbx.dev/sbx/internal/isolation/nsinit"
 )
 
 // Run runs the stage named by os.Args[1], if it names one, and then never

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestAuditLog(t *testing.T) {

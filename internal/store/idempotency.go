@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Idempotency is one caller's idempotency key and what it created.

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // KeyPrefix starts every API key secret.

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"slices"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // SetPortPublic makes port of sandbox id public or not; setting what is

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestPublicPorts(t *testing.T) {

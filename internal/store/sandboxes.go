@@ -11,7 +11,7 @@ import (
 	"maps"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 const sandboxColumns = `id, state, backend, spec, isolation, saved, labels, created_at, expires_at, error, owner_key`

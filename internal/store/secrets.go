@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Secret is one secret's record. Ciphertext and Nonce are its sealed value;

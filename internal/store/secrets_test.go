@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func sealed(owner, name, mode string, hosts []string, at int64) Secret {

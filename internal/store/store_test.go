@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func openTemp(t *testing.T) (*Store, string) {

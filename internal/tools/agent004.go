@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // seed004Tools returns seed 004's tools but shell_interactive (the PTY

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Bounds of the file tools.

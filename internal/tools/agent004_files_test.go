@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // An unknown parameter is refused by name, with the ones the tool takes.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // gitEnv is the environment git runs with: it never asks for a password or a

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestParseGitStatus(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Each tool's input schema names exactly its argument struct's fields, and

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestParseHTTPAnswer(t *testing.T) {

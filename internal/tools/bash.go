@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 type bashOut struct {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // bslServer is the analyzer's program, looked up on the sandbox's PATH.

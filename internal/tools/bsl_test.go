@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // A report in the json reporter's format (bsl-json.json): file URIs,

@@ -6,8 +6,8 @@ package tools
 import (
 	"context"
 
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // The capabilities: sandbox.exec as seed 001 spells it, and one per family.

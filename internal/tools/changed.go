@@ -7,7 +7,7 @@ import (
 	"context"
 	"time"
 
-	"sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/agentclient"
 )
 
 // timeMargin is subtracted from a command's start before comparing file

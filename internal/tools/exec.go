@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 type execIn struct {

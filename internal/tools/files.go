@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Paging bounds of read_file.

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools/repl"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools/repl"
 )
 
 type replIn struct {

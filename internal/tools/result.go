@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Output bounds of the command tools: per stream, head and tail are kept and

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // sessionTag marks the processes that are terminal sessions.

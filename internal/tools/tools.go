@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools/repl"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools/repl"
 )
 
 // Tool is one tool's contract and implementation.

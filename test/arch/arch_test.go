@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-const mod = "sbx/"
+const mod = "sbx.dev/sbx/"
 
 type pkg struct {
 	ImportPath   string
@@ -26,7 +26,7 @@ type pkg struct {
 
 func listPackages(t *testing.T) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps=false", "-json", "sbx/...")
+	cmd := exec.Command("go", "list", "-deps=false", "-json", mod+"...")
 	cmd.Dir = repoRoot(t)
 	out, err := cmd.Output()
 	if err != nil {
@@ -63,23 +63,23 @@ var fences = []struct {
 	reason string
 	direct bool
 }{
-	{"sbx/internal/sandbox", []string{"sbx/internal/"}, "domain nouns import nothing of sbx", false},
-	{"sbx/internal/fault", []string{"sbx/internal/"}, "crash points sit everywhere on the create path: they import nothing of sbx", false},
-	{"sbx/internal/secrets", []string{"sbx/internal/"}, "sealing secrets is pure logic: it imports nothing of sbx", false},
-	{"sbx/internal/isolation/", []string{"sbx/internal/sandbox", "sbx/internal/backend", "sbx/internal/manager", "sbx/internal/server", "sbx/internal/store", "sbx/internal/agent"},
+	{"sbx.dev/sbx/internal/sandbox", []string{"sbx.dev/sbx/internal/"}, "domain nouns import nothing of sbx", false},
+	{"sbx.dev/sbx/internal/fault", []string{"sbx.dev/sbx/internal/"}, "crash points sit everywhere on the create path: they import nothing of sbx", false},
+	{"sbx.dev/sbx/internal/secrets", []string{"sbx.dev/sbx/internal/"}, "sealing secrets is pure logic: it imports nothing of sbx", false},
+	{"sbx.dev/sbx/internal/isolation/", []string{"sbx.dev/sbx/internal/sandbox", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/store", "sbx.dev/sbx/internal/agent"},
 		"isolation steps know nothing of sandboxes", false},
-	{"sbx/internal/agent", []string{"sbx/internal/sandbox", "sbx/internal/backend", "sbx/internal/manager", "sbx/internal/store", "sbx/internal/server", "sbx/internal/agentclient", "sbx/internal/daemon", "sbx/internal/config", "sbx/internal/cli", "sbx/internal/client"},
+	{"sbx.dev/sbx/internal/agent", []string{"sbx.dev/sbx/internal/sandbox", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/store", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/agentclient", "sbx.dev/sbx/internal/daemon", "sbx.dev/sbx/internal/config", "sbx.dev/sbx/internal/cli", "sbx.dev/sbx/client"},
 		"the agent runs in every sandbox: what it cannot call, a hijacked agent cannot call either", false},
-	{"sbx/internal/backend", []string{"sbx/internal/manager", "sbx/internal/store", "sbx/internal/server", "sbx/internal/config", "sbx/internal/daemon"},
+	{"sbx.dev/sbx/internal/backend", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/store", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/config", "sbx.dev/sbx/internal/daemon"},
 		"drivers sit below the lifecycle layer", false},
-	{"sbx/internal/store", []string{"sbx/internal/manager", "sbx/internal/backend", "sbx/internal/server", "sbx/internal/agentclient"}, "the store keeps records only", false},
-	{"sbx/internal/config", []string{"sbx/internal/manager", "sbx/internal/backend", "sbx/internal/server", "sbx/internal/store"}, "config is data", false},
-	{"sbx/internal/agentclient", []string{"sbx/internal/manager", "sbx/internal/backend/", "sbx/internal/agent"}, "the client must not reach drivers or the agent's code", false},
-	{"sbx/internal/manager", []string{"sbx/internal/isolation", "sbx/internal/server", "sbx/internal/config", "sbx/internal/backend/native", "sbx/internal/backend/local"}, "the manager sees drivers only through the seam", true},
-	{"sbx/internal/server", []string{"sbx/internal/backend", "sbx/internal/isolation", "sbx/internal/store"}, "servers speak to the manager", true},
-	{"sbx/internal/cli", []string{"sbx/internal/manager", "sbx/internal/backend", "sbx/internal/isolation", "sbx/internal/store", "sbx/internal/server", "sbx/internal/agent", "sbx/internal/daemon"}, "the CLI is a client", false},
-	{"sbx/internal/client", []string{"sbx/internal/manager", "sbx/internal/backend", "sbx/internal/isolation", "sbx/internal/store", "sbx/internal/server", "sbx/internal/agent", "sbx/internal/daemon"}, "the client is a client", false},
-	{"sbx/internal/daemon", []string{"sbx/internal/cli", "sbx/internal/agent"}, "the daemon does not reach the client or the agent's code", false},
+	{"sbx.dev/sbx/internal/store", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/agentclient"}, "the store keeps records only", false},
+	{"sbx.dev/sbx/internal/config", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/store"}, "config is data", false},
+	{"sbx.dev/sbx/internal/agentclient", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend/", "sbx.dev/sbx/internal/agent"}, "the client must not reach drivers or the agent's code", false},
+	{"sbx.dev/sbx/internal/manager", []string{"sbx.dev/sbx/internal/isolation", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/config", "sbx.dev/sbx/internal/backend/native", "sbx.dev/sbx/internal/backend/local"}, "the manager sees drivers only through the seam", true},
+	{"sbx.dev/sbx/internal/server", []string{"sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/isolation", "sbx.dev/sbx/internal/store"}, "servers speak to the manager", true},
+	{"sbx.dev/sbx/internal/cli", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/isolation", "sbx.dev/sbx/internal/store", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/agent", "sbx.dev/sbx/internal/daemon"}, "the CLI is a client", false},
+	{"sbx.dev/sbx/client", []string{"sbx.dev/sbx/internal/manager", "sbx.dev/sbx/internal/backend", "sbx.dev/sbx/internal/isolation", "sbx.dev/sbx/internal/store", "sbx.dev/sbx/internal/server", "sbx.dev/sbx/internal/agent", "sbx.dev/sbx/internal/daemon"}, "the client is a client", false},
+	{"sbx.dev/sbx/internal/daemon", []string{"sbx.dev/sbx/internal/cli", "sbx.dev/sbx/internal/agent"}, "the daemon does not reach the client or the agent's code", false},
 }
 
 func TestDependencyFences(t *testing.T) {
@@ -105,7 +105,7 @@ func TestDependencyFences(t *testing.T) {
 
 func TestNoProductionImportOfTestHelpers(t *testing.T) {
 	for _, p := range listPackages(t) {
-		if strings.HasPrefix(p.ImportPath, "sbx/test/") || strings.HasSuffix(p.ImportPath, "/testutil") || strings.Contains(p.ImportPath, "/testutil/") ||
+		if strings.HasPrefix(p.ImportPath, "sbx.dev/sbx/test/") || strings.HasSuffix(p.ImportPath, "/testutil") || strings.Contains(p.ImportPath, "/testutil/") ||
 			strings.HasSuffix(p.ImportPath, "/backendtest") || strings.HasSuffix(p.ImportPath, "/fake") {
 			continue
 		}

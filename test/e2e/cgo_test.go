@@ -18,7 +18,7 @@ func TestCgoBuildIsRefused(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "sbx-cgo")
 	// sbx_self_agent: the sandboxes run this cgo binary itself, not the
 	// static sbx-agent it would embed.
-	build := exec.Command("go", "build", "-tags", "sbx_self_agent", "-o", bin, "sbx/cmd/sbx")
+	build := exec.Command("go", "build", "-tags", "sbx_self_agent", "-o", bin, "sbx.dev/sbx/cmd/sbx")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building with cgo: %v\n%s", err, out)

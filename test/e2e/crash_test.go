@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/fault"
+	"sbx.dev/sbx/internal/fault"
 )
 
 // crashRunsEnv sets the runs per fault point: 3 by default (make test), 20 for
@@ -33,7 +33,7 @@ func faultBinary(t *testing.T) string {
 	t.Helper()
 	faultBuild.once.Do(func() {
 		faultBuild.path = filepath.Join(filepath.Dir(sbxBin), "sbx-fault")
-		cmd := exec.Command("go", "build", "-tags", "sbxfault", "-o", faultBuild.path, "sbx/cmd/sbx")
+		cmd := exec.Command("go", "build", "-tags", "sbxfault", "-o", faultBuild.path, "sbx.dev/sbx/cmd/sbx")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as the Makefile builds it
 		if out, err := cmd.CombinedOutput(); err != nil {
 			faultBuild.err = fmt.Errorf("go build -tags sbxfault: %v\n%s", err, out)

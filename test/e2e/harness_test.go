@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	sbxBin = filepath.Join(dir, "sbx")
 	// As the Makefile builds it: sbx-agent first, which sbx embeds (an
 	// unchanged one is not rewritten), both static.
-	for _, b := range [][]string{{"-o", "../../internal/agentbin/bin/sbx-agent", "sbx/cmd/sbx-agent"}, {"-o", sbxBin, "sbx/cmd/sbx"}} {
+	for _, b := range [][]string{{"-o", "../../internal/agentbin/bin/sbx-agent", "sbx.dev/sbx/cmd/sbx-agent"}, {"-o", sbxBin, "sbx.dev/sbx/cmd/sbx"}} {
 		build := exec.Command("go", append([]string{"build"}, b...)...)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")

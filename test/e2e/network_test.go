@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/testutil/fakenet"
+	"sbx.dev/sbx/internal/testutil/fakenet"
 )
 
 // netDaemon starts a daemon that offers every tier, in the fake internet's

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/server/httpapi"
+	"sbx.dev/sbx/internal/server/httpapi"
 )
 
 // apiRoute is one operation of the OpenAPI document.

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/internal/store"
+	"sbx.dev/sbx/internal/store"
 )
 
 // --- private daemons --------------------------------------------------------------

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/testutil/fakenet"
+	"sbx.dev/sbx/internal/testutil/fakenet"
 )
 
 // nwEnv is a row's fake internet and the daemon inside it.

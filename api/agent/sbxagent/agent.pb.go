@@ -15,7 +15,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
-	filesystem "sbx/api/agent/filesystem"
+	filesystem "sbx.dev/sbx/api/agent/filesystem"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -2926,7 +2926,7 @@ const file_sbxagent_agent_proto_rawDesc = "" +
 	"\x04Grep\x12\x15.sbxagent.GrepRequest\x1a\x16.sbxagent.GrepResponse\x12>\n" +
 	"\aChanged\x12\x18.sbxagent.ChangedRequest\x1a\x19.sbxagent.ChangedResponse\x12D\n" +
 	"\tReadLines\x12\x1a.sbxagent.ReadLinesRequest\x1a\x1b.sbxagent.ReadLinesResponse\x12A\n" +
-	"\bEditFile\x12\x19.sbxagent.EditFileRequest\x1a\x1a.sbxagent.EditFileResponseB!Z\x1fsbx/api/agent/sbxagent;sbxagentb\x06proto3"
+	"\bEditFile\x12\x19.sbxagent.EditFileRequest\x1a\x1a.sbxagent.EditFileResponseB)Z'sbx.dev/sbx/api/agent/sbxagent;sbxagentb\x06proto3"
 
 var (
 	file_sbxagent_agent_proto_rawDescOnce sync.Once

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/tarsafe"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // Archive caps. Extraction takes the bytes and entries caps from

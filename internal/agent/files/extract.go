@@ -24,7 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/tarsafe"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // Skip is an archive entry extraction left out, and why.

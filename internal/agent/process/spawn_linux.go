@@ -20,8 +20,8 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // workloadOOMScoreAdj is the oom_score_adj of every process the agent starts.

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/cgroup"
 )
 
 type treeKind int

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "sbx/api/agent/sbxagent"
-	"sbx/internal/agent/files"
-	"sbx/internal/agent/process"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/agent/files"
+	"sbx.dev/sbx/internal/agent/process"
 )
 
 type agentService struct{ s *Server }

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strconv"
 
-	agentfiles "sbx/api/agent/files"
+	agentfiles "sbx.dev/sbx/api/agent/files"
 )
 
 // lowerCap reads query parameter name, which may lower the agent's cap but not

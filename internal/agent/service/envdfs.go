@@ -14,8 +14,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "sbx/api/agent/filesystem"
-	"sbx/internal/agent/files"
+	pb "sbx.dev/sbx/api/agent/filesystem"
+	"sbx.dev/sbx/internal/agent/files"
 )
 
 type envdFS struct{ s *Server }

@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "sbx/api/agent/process"
-	"sbx/internal/agent/process"
+	pb "sbx.dev/sbx/api/agent/process"
+	"sbx.dev/sbx/internal/agent/process"
 )
 
 type envdProcess struct{ s *Server }

@@ -6,8 +6,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx/internal/agent/files"
-	"sbx/internal/agent/process"
+	"sbx.dev/sbx/internal/agent/files"
+	"sbx.dev/sbx/internal/agent/process"
 )
 
 // svcError is an error the services raise themselves, with its code.

@@ -13,7 +13,7 @@ import (
 	"path"
 	"strconv"
 
-	"sbx/internal/agent/files"
+	"sbx.dev/sbx/internal/agent/files"
 )
 
 // httpError is the only place a /files error becomes a response.

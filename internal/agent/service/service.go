@@ -18,11 +18,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx/api/agent/filesystem/filesystemconnect"
-	"sbx/api/agent/process/processconnect"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/agent/files"
-	"sbx/internal/agent/process"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	"sbx.dev/sbx/api/agent/process/processconnect"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/agent/files"
+	"sbx.dev/sbx/internal/agent/process"
 )
 
 // maxRequestBytes bounds a Connect request (WriteFile content included).

@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"testing"
 
-	"sbx/api/agent/filesystem/filesystemconnect"
-	"sbx/api/agent/process/processconnect"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	"sbx.dev/sbx/api/agent/process/processconnect"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
 )
 
 // The routes Handler registers before building any service must be the ones

@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "sbx/api/agent/sbxagent"
-	"sbx/internal/agent/process"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/agent/process"
 )
 
 // maxReadOutputWait bounds one ReadOutput's wait: below the daemon's bound

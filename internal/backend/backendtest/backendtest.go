@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // Option configures Run.

@@ -5,9 +5,9 @@ package builtin
 import (
 	"sync"
 
-	"sbx/internal/backend"
-	"sbx/internal/backend/local"
-	"sbx/internal/backend/native"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/local"
+	"sbx.dev/sbx/internal/backend/native"
 )
 
 var once sync.Once

@@ -13,10 +13,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx/api/agent/filesystem/filesystemconnect"
-	pb "sbx/api/agent/sbxagent"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // agent serves the agents of every sandbox of d: a call finds the state of its

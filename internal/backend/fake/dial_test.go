@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestDialPort(t *testing.T) {

@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/api/agent/filesystem/filesystemconnect"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/backend"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Call is one recorded method call.

@@ -9,9 +9,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"sbx/api/agent/sbxagent"
-	"sbx/api/agent/sbxagent/sbxagentconnect"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestStartDialHealthDestroy(t *testing.T) {

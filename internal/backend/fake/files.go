@@ -23,11 +23,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	agentfiles "sbx/api/agent/files"
-	fspb "sbx/api/agent/filesystem"
-	pb "sbx/api/agent/sbxagent"
-	"sbx/internal/sandbox"
-	"sbx/internal/tarsafe"
+	agentfiles "sbx.dev/sbx/api/agent/files"
+	fspb "sbx.dev/sbx/api/agent/filesystem"
+	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // MaxKept bounds the bytes of one file an agent keeps. A larger file is

@@ -16,9 +16,9 @@ import (
 	"slices"
 	"strings"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/isolation/mount"
-	"sbx/internal/isolation/seccomp"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/isolation/seccomp"
 )
 
 // systemDirs are the host directories local processes may read and execute

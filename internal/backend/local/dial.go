@@ -9,8 +9,8 @@ import (
 	"net"
 	"strconv"
 
-	"sbx/internal/backend"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 var _ backend.PortDialer = (*Driver)(nil)

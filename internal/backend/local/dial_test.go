@@ -7,9 +7,9 @@ import (
 	"syscall"
 	"testing"
 
-	"sbx/internal/backend"
-	"sbx/internal/backend/backendtest"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/backendtest"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // A local sandbox's ports are the host's loopback ports, reachable while its

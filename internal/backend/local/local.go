@@ -23,12 +23,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Name is the backend's registered name.

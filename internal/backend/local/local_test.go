@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/agentclient"
-	"sbx/internal/backend"
-	"sbx/internal/backend/backendtest"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/agentclient"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/backendtest"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"syscall"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // nsLayers maps the namespace layers to their /proc/<pid>/ns entries.

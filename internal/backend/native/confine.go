@@ -9,9 +9,9 @@ import (
 	"slices"
 	"sync"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/isolation/seccomp"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/isolation/seccomp"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // compiled is a seccomp profile compiled for the agent.

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/backend"
-	"sbx/internal/backend/backendtest"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/backendtest"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // fakeAgent stands in for the agent in the jail tests: it serves GET /health

@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/backend"
-	"sbx/internal/osthread"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/osthread"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 var _ backend.PortDialer = (*Driver)(nil)

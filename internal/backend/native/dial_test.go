@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // greeter is a sandbox's program in the DialPort tests: it listens on

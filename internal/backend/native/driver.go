@@ -21,13 +21,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/agentbin"
-	"sbx/internal/backend"
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/isolation/mount"
-	"sbx/internal/isolation/quota"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/agentbin"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/isolation/quota"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Name is the driver's registry name and its isolation level when complete.

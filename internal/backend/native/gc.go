@@ -19,8 +19,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Orphan is one sandbox GC found: its instance, its id and the processes

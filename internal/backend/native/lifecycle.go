@@ -17,9 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/backend"
-	"sbx/internal/fault"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/fault"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // lookup returns the box of id: the one this driver holds, else one known only

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/backend"
-	"sbx/internal/isolation/nsinit"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // TestMain lets the test binary serve as the init stage: the jail tests start

@@ -7,9 +7,9 @@ import (
 	"context"
 	"fmt"
 
-	"sbx/internal/backend"
-	"sbx/internal/isolation/mount"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // proxyEnv is the environment of a networked sandbox's processes: programs

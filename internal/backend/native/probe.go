@@ -14,11 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/backend"
-	"sbx/internal/fault"
-	"sbx/internal/isolation/landlock"
-	"sbx/internal/isolation/seccomp"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/fault"
+	"sbx.dev/sbx/internal/isolation/landlock"
+	"sbx.dev/sbx/internal/isolation/seccomp"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Probe implements backend.Driver.

@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/backend/native/forker"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/backend/native/forker"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // spawner is the daemon's end.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/backend/native/forker"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/backend/native/forker"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // The spawner starts a process in a new user namespace, answers its pid and

@@ -24,15 +24,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
-	"sbx/internal/backend"
-	"sbx/internal/backend/native/forker"
-	"sbx/internal/fault"
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/isolation/mount"
-	"sbx/internal/isolation/nsinit"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/agent/boot"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/native/forker"
+	"sbx.dev/sbx/internal/fault"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // File descriptors in the init stage and the agent: after nsinit's plan and

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // UIDSlot is how many ids each sandbox gets: root (0) to nobody (65534) and

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestParseIDRange(t *testing.T) {

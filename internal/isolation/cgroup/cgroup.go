@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // Limits are the resource limits of a Group. A zero field leaves that resource

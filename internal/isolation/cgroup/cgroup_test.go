@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 func TestParseMountinfo(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/mount"
 )
 
 // maxPlanBytes bounds the plan read from the parent.

@@ -6,7 +6,7 @@ package nsinit
 import (
 	"golang.org/x/sys/unix"
 
-	"sbx/api/agent/boot"
+	"sbx.dev/sbx/api/agent/boot"
 )
 
 // marks are the steps this process has marked, in order.

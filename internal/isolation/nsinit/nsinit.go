@@ -8,7 +8,7 @@ package nsinit
 import (
 	"encoding/json"
 
-	"sbx/internal/isolation/mount"
+	"sbx.dev/sbx/internal/isolation/mount"
 )
 
 // File descriptors of the init stage. The parent passes them as its first extra

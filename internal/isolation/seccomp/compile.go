@@ -11,7 +11,7 @@ import (
 
 	"github.com/elastic/go-seccomp-bpf/arch"
 
-	"sbx/internal/isolation/seccomp/filter"
+	"sbx.dev/sbx/internal/isolation/seccomp/filter"
 )
 
 // seccomp_data offsets.

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 const (

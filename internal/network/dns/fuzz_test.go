@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // recordingUpstream answers every lookup at once, with addresses both allowed

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // Defaults of Server's knobs.

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/network/rules"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // Sources: each client binds one of these loopback addresses.

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // ErrNotFound is the cause of a Lookup error when the name has no address:

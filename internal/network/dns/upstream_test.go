@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // writeFile replaces path's contents by renaming a new file over it, as

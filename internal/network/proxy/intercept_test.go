@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // testCA issues certificates for tests: one CA, leaves on demand.

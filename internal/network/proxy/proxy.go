@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // Sandbox is what the proxy knows of the sandbox behind a source address.

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/network/rules"
 )
 
 // fakeNet is the proxy's world in a test: names resolve to made-up public

@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"path"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // uploadArchive is PUT …/files/archive?path=DIR[&max_bytes=N][&max_entries=N].

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // archiveCall sends one request with the admin key, streaming body when it is

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {

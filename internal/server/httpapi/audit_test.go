@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestAuditRoute(t *testing.T) {

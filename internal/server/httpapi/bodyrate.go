@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // The defaults of Options.BodyGrace, BodyMinRate and BodyMaxStall.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // rateTest is an API on a real net/http server (deadlines need a

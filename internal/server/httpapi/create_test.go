@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // The authenticated key reaches the manager in the request's context: it owns

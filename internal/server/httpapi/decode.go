@@ -16,7 +16,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // maxDepth bounds the nesting of a JSON body; no request of the API nests

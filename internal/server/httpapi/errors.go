@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // class is the wire form of an error class.

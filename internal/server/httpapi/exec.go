@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func execRequest(in openapi.ExecRequest) (sandbox.ExecRequest, error) {

@@ -12,9 +12,9 @@ import (
 	"path"
 	"strconv"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
 )
 
 // maxReadLimit bounds one page of GET …/files/read.

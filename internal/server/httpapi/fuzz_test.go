@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // FuzzDecode feeds request bodies through the decoder and the conversions of

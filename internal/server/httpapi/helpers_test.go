@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/store"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // apiEnv is the API over a real manager, whose store is a file in a temporary

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools"
 )
 
 // Options configure the API server.

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools"
 )
 
 func keyInfo(k manager.KeyRecord) openapi.KeyInfo {

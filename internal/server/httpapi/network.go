@@ -6,8 +6,8 @@ package httpapi
 import (
 	"net/http"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func (s *server) setNetwork(w http.ResponseWriter, r *http.Request) error {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/tools"
 )
 
 // The tool routes of openapi.json are made from the tool set: each tool's

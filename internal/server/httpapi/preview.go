@@ -25,10 +25,10 @@ import (
 	"strings"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // proxyOp names the proxied requests in errors, logs and the audit.

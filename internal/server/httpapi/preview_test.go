@@ -17,9 +17,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestParsePreviewHost(t *testing.T) {

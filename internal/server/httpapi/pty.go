@@ -31,10 +31,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // ptyOp is the terminal route's operation: the one route that also takes

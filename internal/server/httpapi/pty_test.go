@@ -12,9 +12,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func TestPtyParams(t *testing.T) {

@@ -7,8 +7,8 @@ package httpapi
 import (
 	"net/http"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
 )
 
 func wireSecret(s manager.SecretInfo) openapi.SecretInfo {

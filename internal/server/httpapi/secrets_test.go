@@ -12,12 +12,12 @@ import (
 	"sync"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend"
-	"sbx/internal/backend/fake"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/secrets"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/secrets"
 )
 
 // secretsAPI is the API over a real manager with a secret store and a fake

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/logkey"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 type streamFormat int

@@ -9,10 +9,10 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"sbx/api/openapi"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools"
 )
 
 // toolRoutes returns a route per tool, so each is in the routing table and

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/backend/fake"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/backend/fake"
 )
 
 // A key holds capabilities; a tool call whose key lacks its tool's is refused

@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func wireSandbox(sb sandbox.Sandbox) openapi.Sandbox {

@@ -21,10 +21,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx/internal/logkey"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tools"
 )
 
 // Options configure a Server.

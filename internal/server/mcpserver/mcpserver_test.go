@@ -15,13 +15,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"sbx/internal/backend/fake"
-	"sbx/internal/manager"
-	"sbx/internal/sandbox"
-	"sbx/internal/server/httpapi"
-	"sbx/internal/store"
-	"sbx/internal/testutil"
-	"sbx/internal/tools"
+	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server/httpapi"
+	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/testutil"
+	"sbx.dev/sbx/internal/tools"
 )
 
 // env is the MCP server over a real manager, whose store is a file in a

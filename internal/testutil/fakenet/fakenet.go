@@ -24,7 +24,7 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // Internet is a fake internet and the host namespace wired to it. Its servers

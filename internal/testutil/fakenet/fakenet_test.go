@@ -19,7 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // nsInode returns the inode of the network namespace at path.

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/osthread"
+	"sbx.dev/sbx/internal/osthread"
 )
 
 // pinPrefix starts the name of the temporary directory holding one Internet's

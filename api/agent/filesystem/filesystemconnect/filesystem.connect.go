@@ -12,7 +12,7 @@ import (
 	context "context"
 	errors "errors"
 	http "net/http"
-	filesystem "sbx/api/agent/filesystem"
+	filesystem "sbx.dev/sbx/api/agent/filesystem"
 	strings "strings"
 )
 

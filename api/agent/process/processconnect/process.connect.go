@@ -13,7 +13,7 @@ import (
 	context "context"
 	errors "errors"
 	http "net/http"
-	process "sbx/api/agent/process"
+	process "sbx.dev/sbx/api/agent/process"
 	strings "strings"
 )
 

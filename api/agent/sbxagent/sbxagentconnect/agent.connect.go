@@ -13,7 +13,7 @@ import (
 	context "context"
 	errors "errors"
 	http "net/http"
-	sbxagent "sbx/api/agent/sbxagent"
+	sbxagent "sbx.dev/sbx/api/agent/sbxagent"
 	strings "strings"
 )
 

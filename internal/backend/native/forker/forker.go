@@ -31,9 +31,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx/internal/backend"
-	"sbx/internal/isolation/cgroup"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Request is one process to start. Its files travel as SCM_RIGHTS, in

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"testing"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Each secret call is its route, with the body and answer of the contract:

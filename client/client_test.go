@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
-	"sbx/internal/testutil"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 const id = "aaaaaaaaaaaaaaaaaaaaaaaaaa"

@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Exec runs a command and returns its result once it ends. A non-zero exit is

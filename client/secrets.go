@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"net/url"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func secretPath(name string) string { return "/v1/secrets/" + url.PathEscape(name) }

@@ -6,7 +6,7 @@ import (
 	"context"
 	"net/http"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // SetNetwork changes running sandbox id's network tier and lists; its

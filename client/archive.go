@@ -18,8 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // UploadArchive streams the tar or gzip-compressed tar r into directory dir of

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 func sandboxPath(id string) string { return "/v1/sandboxes/" + url.PathEscape(id) }

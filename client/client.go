@@ -1,7 +1,7 @@
-// Package client is the Go client of sbx's HTTP API /v1, used by the CLI, the
-// end-to-end tests and as the Go SDK. Errors from the API decode into a
-// *sandbox.Error wrapping the matching class, so errors.Is(err,
-// sandbox.ErrNotFound) holds on this side as on the daemon's.
+// Package client is the Go SDK of sbx: the client of its HTTP API /v1, which
+// the CLI and the end-to-end tests use too. Import it as sbx.dev/sbx/client.
+// Errors from the API decode into an *Error wrapping the matching class, so
+// errors.Is(err, client.ErrNotFound) holds on this side as on the daemon's.
 package client
 
 import (
@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Client talks to one sbx daemon. It is safe for concurrent use.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // PtyRequest selects the terminal to open: a command to start (Argv or

@@ -12,8 +12,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 func filesPath(id, what string) string { return sandboxPath(id) + "/files" + what }

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 // Env is the environment Discover reads; nil fields read the process's.

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/sandbox"
 )
 
 type tarEnt struct {

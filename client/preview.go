@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // PreviewURL returns how to reach port of sandbox id from outside: its URLs

@@ -15,9 +15,9 @@ import (
 	"os"
 	"strings"
 
-	"sbx/api/openapi"
-	"sbx/internal/sandbox"
-	"sbx/internal/tarsafe"
+	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/tarsafe"
 )
 
 // Extraction caps on this machine: the same as a sandbox's defaults.

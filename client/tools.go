@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/url"
 
-	"sbx/api/openapi"
+	"sbx.dev/sbx/api/openapi"
 )
 
 // Tools lists the daemon's agent tools with their schemas.
