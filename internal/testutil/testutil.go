@@ -174,12 +174,12 @@ func ModuleRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module sbx\n")) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module sbx.dev/sbx\n")) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("go.mod of module sbx not found above the working directory")
+			return "", errors.New("go.mod of module sbx.dev/sbx not found above the working directory")
 		}
 		dir = parent
 	}
