@@ -73,6 +73,10 @@ func New(id sandbox.ID, dial func(context.Context) (net.Conn, error)) *Client {
 	}
 }
 
+// HTTP returns the client's HTTP client onto the agent: its requests reach
+// the agent whatever their URL's host, and end when the agent is lost.
+func (c *Client) HTTP() *http.Client { return c.hc }
+
 // Close drops idle connections.
 func (c *Client) Close() { c.tr.CloseIdleConnections() }
 

@@ -115,6 +115,9 @@ type Stats struct {
 	Pids            int64
 	CPUUsage        time.Duration
 	OOMKills        int64
+	// DiskBytes is what the sandbox's writable files take on the host's
+	// disk; 0 where the driver cannot tell.
+	DiskBytes int64
 }
 
 // Statser is implemented by drivers that can read a sandbox's resource use.

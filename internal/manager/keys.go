@@ -168,6 +168,7 @@ func (m *Manager) RevokeKey(ctx context.Context, id string) error {
 	}
 	err := m.store.RevokeKey(ctx, id)
 	m.keys.clear()
+	m.owners.clear()
 	m.audit(ctx, "", op, id, "", err)
 	if err != nil {
 		return &sandbox.Error{Op: op, Err: err}

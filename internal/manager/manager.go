@@ -128,6 +128,7 @@ type Manager struct {
 	auditor  *auditor
 
 	preview previewKey // signs preview tokens
+	owners  ownerCache // the keys of sandboxes' owners (OwnerKey)
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu

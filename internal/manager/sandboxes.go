@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/sandbox"
 )
@@ -235,4 +236,25 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	}
 	log.InfoContext(cctx, "sandbox destroyed", attrs...)
 	return nil
+}
+
+// Stats returns the resource use of running sandbox id, for ctx's key; a
+// backend that cannot read it is errors.ErrUnsupported.
+func (m *Manager) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
+	const op = "stats"
+	if _, err := m.client(ctx, op, id); err != nil { // shape, owner, running
+		return backend.Stats{}, err
+	}
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l == nil {
+		return backend.Stats{}, notFound(op, id)
+	}
+	st, ok := m.driver(l.backend).(backend.Statser)
+	if !ok {
+		return backend.Stats{}, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("%w: backend %s cannot read a sandbox's resource use", errors.ErrUnsupported, l.backend)}
+	}
+	s, err := st.Stats(ctx, id)
+	return s, sandbox.Wrap(op, id, err)
 }

@@ -41,6 +41,15 @@ type Options struct {
 	MCP http.Handler
 	// Preview says how preview URLs are formed and recognised (preview.go).
 	Preview PreviewOptions
+	// E2B, when set, serves the requests it matches (E2B's control and data
+	// planes, package e2bapi) on the same listener, before any route of /v1.
+	E2B Matcher
+}
+
+// Matcher is a handler for the requests it matches.
+type Matcher interface {
+	http.Handler
+	Match(r *http.Request) bool
 }
 
 // DefaultMaxBodyBytes is the default bound of a JSON request body.
@@ -58,6 +67,7 @@ type server struct {
 	terms    *terminals
 	preview  preview
 	proxy    http.Handler // into sandboxes' ports (preview.go)
+	e2b      Matcher
 }
 
 // New returns the /v1 handler over m.
@@ -78,6 +88,7 @@ func newServer(m *manager.Manager, opts Options) *server {
 		mcp:      opts.MCP,
 		terms:    newTerminals(),
 		preview:  newPreview(opts.Preview),
+		e2b:      opts.E2B,
 	}
 	s.proxy = s.newProxy()
 	if s.tools == nil {
@@ -154,6 +165,10 @@ func (s *server) routes() []route {
 // ServeHTTP sets the request id, puts the body under its minimum rate,
 // authenticates, routes, and answers unknown routes with the API's error body.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.e2b != nil && s.e2b.Match(r) {
+		s.serveE2B(w, r)
+		return
+	}
 	if id, port, ok := s.preview.parseHost(r.Host); ok {
 		s.servePreviewHost(w, r, id, port) // a sandbox's port, not the API
 		return
@@ -180,6 +195,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeError(rw, r, route{}, err)
 	s.logRequest(r, route{}, rw, began)
+}
+
+// serveE2B serves a request of E2B's API under the body rate and request
+// log every request has.
+func (s *server) serveE2B(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
+	rid := requestID(r)
+	w.Header().Set("X-Request-Id", rid)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rid))
+	r = s.limitBody(w, r)
+	rw := &responseWriter{ResponseWriter: w}
+	s.e2b.ServeHTTP(rw, r)
+	s.logRequest(r, route{op: "e2b"}, rw, began)
 }
 
 // noRoute says why the mux found no pattern: an unknown path, or a method the
