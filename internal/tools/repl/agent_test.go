@@ -35,9 +35,9 @@ type localAgent struct {
 // localProc is one process and its output log.
 type localProc struct {
 	id, tag, cwd string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	limit   int64
+	cmd          *exec.Cmd
+	stdin        io.WriteCloser
+	limit        int64
 
 	mu      sync.Mutex
 	log     []byte // output at offsets base..base+len(log)
