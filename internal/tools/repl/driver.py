@@ -183,6 +183,7 @@ class Capture:
         self.live = bytearray()  # kept, not yet sent
         self.live_left = 0  # bytes that may still be streamed
         self.live_dropped = 0
+        self.live_held = False  # live starts with a partial line held back once
         self.decoder = None
         threading.Thread(target=self.pump, name="sbx-capture-%d" % fd, daemon=True).start()
         threading.Thread(target=self.streamer, name="sbx-stream-%d" % fd, daemon=True).start()
@@ -282,6 +283,7 @@ class Capture:
             self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
             with self.cond:
                 self.live_id, self.live, self.live_left, self.live_dropped = rid, bytearray(), LIVE_CAP, 0
+                self.live_held = False
 
     def streamer(self):
         while True:
@@ -291,11 +293,20 @@ class Capture:
             time.sleep(LIVE_EVERY)
 
     def flush_live(self, final):
-        """Sends what the live view holds; final ends the view, saying what did not fit."""
+        """Sends what the live view holds; final ends the view, saying what did not fit.
+
+        A partial line at the end waits for one batch more, so that a line
+        written in pieces (print writes its end apart) mostly comes whole.
+        """
         with self.send_lock:
             with self.cond:
                 rid, data, dropped = self.live_id, bytes(self.live), self.live_dropped
                 self.live = bytearray()
+                cut = data.rfind(b"\n") + 1
+                if not final and cut < len(data) and not self.live_held:
+                    self.live, data, self.live_held = bytearray(data[cut:]), data[:cut], True
+                else:
+                    self.live_held = False
                 self.live_left -= len(data)
                 if final:
                     self.live_id = None
