@@ -793,3 +793,61 @@ func TestASCIIJSON(t *testing.T) {
 		}
 	}
 }
+
+// The loss of a session during a cell or between cells is said, and the
+// next execution runs in a fresh one.
+func TestCodeInterpreterSessionLoss(t *testing.T) {
+	f := newCIFixture(t)
+	f.ok("kept = 1", "")
+	e := f.run("import os\nos._exit(3)", "")
+	if e.err == nil || e.err["name"] != "UnexpectedEndOfExecution" || !strings.Contains(e.err["value"].(string), "exited during the cell") {
+		t.Errorf("os._exit: error %v", e.err)
+	}
+	if e = f.ok("'kept' in dir()", ""); e.main != "False" {
+		t.Errorf("after os._exit: %q", e.main)
+	}
+	// Killed between cells: the next execution says its state is gone.
+	f.ok("kept = 1", "")
+	id, ok, _ := f.host.Find(context.Background(), repl.Tag)
+	if !ok {
+		t.Fatal("no default session")
+	}
+	if err := f.host.Signal(context.Background(), id, 9); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(ciCallTimeout); f.host.running(repl.Tag); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed session still runs")
+		}
+	}
+	if e = f.ok("'kept' in dir()", ""); e.main != "False" || !strings.Contains(e.stderr, "[sbx: the Python session had exited since the previous call") {
+		t.Errorf("after a kill: %q, stderr %q", e.main, e.stderr)
+	}
+}
+
+// Restarting a context ends the execution that runs in it.
+func TestCodeInterpreterRestartDuringACell(t *testing.T) {
+	f := newCIFixture(t)
+	c := f.createContext(`{}`)
+	body, _ := json.Marshal(map[string]string{"code": "import time\nprint('started', flush=True)\ntime.sleep(1000)", "context_id": c.ID})
+	resp, err := http.Post(f.srv.URL+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if status, out := f.do("POST", "/contexts/"+c.ID+"/restart", ""); status != http.StatusNoContent {
+		t.Fatalf("restart: %d %s", status, out)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := parseExecution(t, string(rest))
+	if e.err == nil || e.err["name"] != "UnexpectedEndOfExecution" || !strings.Contains(e.err["value"].(string), "the session was restarted while the cell ran") {
+		t.Errorf("the running execution's error %v", e.err)
+	}
+}
