@@ -23,6 +23,7 @@ import (
 
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 	"sbx.dev/sbx/internal/tools/repl"
 )
 
@@ -278,6 +279,7 @@ type ciFixture struct {
 
 func newCIFixture(t *testing.T) *ciFixture {
 	t.Helper()
+	testutil.CheckLeaks(t) // streams, keepalives and sessions end with the test
 	f := &ciFixture{t: t, host: newLocalHost(t)}
 	f.restartDaemon()
 	return f
