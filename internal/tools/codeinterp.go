@@ -381,7 +381,7 @@ func decodeCI(r *http.Request, limit int64, dst any) error {
 		body = []byte("{}")
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
-		return badRequest("the request body is not a valid JSON object: %v", err)
+		return badRequest("the request body does not decode: %v", err)
 	}
 	return nil
 }
