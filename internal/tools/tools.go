@@ -84,6 +84,7 @@ type Set struct {
 	m       *manager.Manager
 	now     func() time.Time
 	repl    *repl.Sessions
+	ci      *codeInterp
 	cursors cursors
 	tools   []*Tool
 	named   map[string]*Tool
@@ -95,6 +96,7 @@ func New(m *manager.Manager, opts Options) *Set {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.ci = newCodeInterp(managerHost{s})
 	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), replTools(), seed004Tools(), bslTools()} {
 		for _, t := range group {
 			if s.named[t.Name] != nil {
