@@ -97,6 +97,12 @@ func New(m *manager.Manager, opts Options) *Set {
 		s.now = time.Now
 	}
 	s.ci = newCodeInterp(managerHost{s})
+	if m != nil {
+		m.OnGone(func(id sandbox.ID) { // what is kept per sandbox goes with it
+			s.repl.Forget(string(id))
+			s.ci.forget(id)
+		})
+	}
 	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), replTools(), seed004Tools(), bslTools()} {
 		for _, t := range group {
 			if s.named[t.Name] != nil {

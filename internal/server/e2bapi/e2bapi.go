@@ -93,6 +93,9 @@ func New(m *manager.Manager, opts Options) *Handler {
 		h.client = "sbx"
 	}
 	h.routes()
+	if m != nil {
+		m.OnGone(func(id sandbox.ID) { cpuSamples.Delete(id) })
+	}
 	return h
 }
 
