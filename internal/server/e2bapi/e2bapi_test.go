@@ -1,7 +1,6 @@
 package e2bapi
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,8 +15,8 @@ import (
 
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/sandbox"
-	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/testutil"
 	"sbx.dev/sbx/internal/tools"
 )
@@ -35,29 +33,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	testutil.CheckLeaks(t)
-	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sbx.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	token, _, err := st.CreateKey(ctx, store.AdminKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := fake.New("fake")
-	t.Cleanup(func() { d.Close() })
-	m, err := manager.New(ctx, manager.Options{Store: st, Drivers: []manager.NamedDriver{{Name: "fake", Driver: d}},
-		Policy: sandbox.DefaultPolicy(), Log: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
-	if err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h := New(m, Options{Log: testutil.Logger(t), Domain: "sbx.test"})
+	me := managertest.New(t)
+	h := New(me.M, Options{Log: testutil.Logger(t), Domain: "sbx.test"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.Match(r) {
 			http.Error(w, "not an E2B request", http.StatusTeapot)
@@ -66,7 +43,7 @@ func newEnv(t *testing.T) *env {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, m: m, d: d, admin: token}
+	return &env{t: t, srv: srv, m: me.M, d: me.Driver, admin: me.AdminToken}
 }
 
 // key makes an API key holding caps (nil: all) and returns its secret.
