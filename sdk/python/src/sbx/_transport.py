@@ -323,10 +323,13 @@ class Transport:
             for k, v in hdrs.items():
                 conn.putheader(k, v)
             conn.endheaders()
-            if data:
-                conn.send(data)
-        except (ConnectionError, http.client.HTTPException, OSError) as e:
+        except (http.client.HTTPException, OSError) as e:
             raise _Retry(e) from e
+        if data:
+            try:
+                conn.send(data)
+            except OSError as e:
+                raise _answer_or_retry(conn, e) from e
         if stream is None:
             return
         it = iter(stream)
@@ -341,14 +344,8 @@ class Transport:
                 conn.send(b"%x\r\n" % len(chunk))
                 conn.send(chunk)
                 conn.send(b"\r\n")
-            except (ConnectionError, OSError) as e:
-                # The daemon may have answered already (a refused upload):
-                # read its answer, which says why.
-                try:
-                    resp = conn.getresponse()
-                except Exception:
-                    raise _Retry(e) from e
-                raise _Answered(conn, resp) from e
+            except OSError as e:
+                raise _answer_or_retry(conn, e) from e
 
     def _check(
         self,
@@ -397,6 +394,17 @@ class Transport:
         return errors.StreamError(
             "%s: the answer broke off: %s" % (op, e or type(e).__name__), code="unavailable", op=op, sandbox_id=sandbox_id
         )
+
+
+def _answer_or_retry(conn: http.client.HTTPConnection, e: OSError) -> Exception:
+    """What a failure to send a request body means: the daemon may have
+    answered already (a refused upload), and its answer says why; else the
+    request got no answer."""
+    try:
+        resp = conn.getresponse()
+    except Exception:
+        return _Retry(e)
+    return _Answered(conn, resp)
 
 
 def _stale(e: BaseException) -> bool:
