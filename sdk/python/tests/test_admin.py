@@ -146,7 +146,7 @@ class PreviewTest(LiveTest):
         if not u.path_url.startswith(("http://127.", "http://localhost", "http://[::1]")):
             return  # the daemon is not on this machine's loopback: the proxy is not fetched
         status, body = 0, b""
-        for _ in range(100):  # until the server in the sandbox listens
+        for _ in range(300):  # until the server in the sandbox listens (30 s at most)
             status, body = _get(u.path_url, {"X-Sbx-Preview-Token": u.token})
             if status == 200:
                 break

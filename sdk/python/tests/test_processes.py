@@ -55,7 +55,9 @@ class ProcessTest(LiveTest):
         self.assertEqual(stream.result.reason, "exited")
 
     def test_signal(self) -> None:
-        p = self.sb.exec_background("sleep 300")
+        # argv, not a shell line: a shell waiting for its child may defer a
+        # SIGINT that reaches it alone, and the child would go on.
+        p = self.sb.exec_background(["sleep", "300"])
         self.assertEqual(p.signal("SIGTERM"), "signaled")
         info = p.wait(timeout=30)
         assert info.result is not None
@@ -68,7 +70,7 @@ class ProcessTest(LiveTest):
         assert r is not None
         self.assertEqual(r.signal, 9)
 
-        n = self.sb.exec_background("sleep 300")
+        n = self.sb.exec_background(["sleep", "300"])
         self.assertEqual(n.signal(2), "signaled")  # by number: SIGINT
         r = n.wait(timeout=30).result
         assert r is not None
