@@ -48,10 +48,16 @@ func TestSDKPython(t *testing.T) {
 		fmt.Sprintf("SBX_MAX_SANDBOXES_PER_KEY=%d", sdkPerKey))
 	t.Cleanup(d.cleanup)
 	// The daemon's TCP listener is in the fake internet's host namespace,
-	// where the Python process runs too (d.url names the unix socket).
+	// where the Python process runs too (d.url names the unix socket). The
+	// line that names it reaches d.log just after the harness saw it.
+	deadline := time.Now().Add(30 * time.Second)
 	m := listenLine.FindStringSubmatch(d.log.String())
-	if m == nil {
-		t.Fatalf("no listening line in the daemon's log:\n%s", d.log.String())
+	for m == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line in the daemon's log:\n%s", d.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+		m = listenLine.FindStringSubmatch(d.log.String())
 	}
 	sock := filepath.Join(d.dataDir, "sbx.sock")
 
