@@ -17,8 +17,8 @@ import (
 	"sbx.dev/sbx/api/openapi"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/manager"
-	"sbx.dev/sbx/internal/server/e2bapi"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server/e2bapi"
 	"sbx.dev/sbx/internal/tools"
 )
 
