@@ -15,9 +15,9 @@ import (
 
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
-	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil/managertest"
 	"sbx.dev/sbx/internal/tools"
 )
 

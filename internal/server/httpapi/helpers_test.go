@@ -13,9 +13,9 @@ import (
 	"sbx.dev/sbx/api/openapi"
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
-	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil/managertest"
 )
 
 // apiEnv is the API over a real manager, whose store is a file in a temporary

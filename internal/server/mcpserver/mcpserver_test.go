@@ -16,11 +16,11 @@ import (
 
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
-	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/server/httpapi"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil/managertest"
 	"sbx.dev/sbx/internal/tools"
 )
 
