@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sbx.dev/sbx/internal/testutil"
+)
+
+// e2bScenarioFloor is the fewest scenarios a run must pass, the code
+// interpreter's aside: a run that passes fewer ran less than the suite
+// (a filter left in, scenarios lost), not the suite.
+const e2bScenarioFloor = 33
+
+// e2bCIPrefix begins the names of the code interpreter's scenarios.
+const e2bCIPrefix = "ci."
+
+var (
+	e2bSummary = regexp.MustCompile(`^(\d+) passed, (\d+) failed$`)
+	e2bOutcome = regexp.MustCompile(`^(ok|FAIL|skip) (\S+)`)
+)
+
+// TestE2BSDK runs test/node/e2b-scenarios.mjs, E2B's official JavaScript SDKs
+// unchanged (e2b, @e2b/code-interpreter) configured by the environment only,
+// against a daemon of its own: lifecycle, commands, PTY, files, isolation,
+// keys, bad input and the code interpreter, each scenario a line of the log
+// as it ends. It fails on any failed scenario, and when a sandbox is left
+// once the suite is done. The code interpreter's scenarios may skip only
+// when the daemon says it does not serve port 49999, and not at all when
+// SBX_TEST_REQUIRE names e2b-ci.
+func TestE2BSDK(t *testing.T) {
+	script := e2bScenarioScript(t)
+	d := startDaemon(t, "")
+	defer d.cleanup()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir = filepath.Dir(script)
+	// E2B's variables of the environment the test runs in are not the
+	// suite's: only the three below point the SDK at this daemon.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url, "E2B_API_KEY="+d.key)
+	if testutil.Required("e2b-ci") {
+		cmd.Env = append(cmd.Env, "E2B_REQUIRE_CI=1")
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting node: %v", err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		lines    []string
+		errLines []string
+	)
+	// Each line goes to the log as it comes: a scenario that hangs shows
+	// where the run is.
+	follow := func(r io.Reader, into *[]string, prefix string) {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			t.Log(prefix + sc.Text())
+			mu.Lock()
+			*into = append(*into, sc.Text())
+			mu.Unlock()
+		}
+	}
+	wg.Go(func() { follow(stdout, &lines, "") })
+	wg.Go(func() { follow(stderr, &errLines, "stderr: ") })
+	wg.Wait()
+	runErr := cmd.Wait()
+
+	passed, failed := -1, -1
+	var failedNames, skipped []string
+	for _, l := range lines {
+		if m := e2bSummary.FindStringSubmatch(l); m != nil {
+			passed, _ = strconv.Atoi(m[1])
+			failed, _ = strconv.Atoi(m[2])
+		}
+		if m := e2bOutcome.FindStringSubmatch(l); m != nil {
+			switch m[1] {
+			case "FAIL":
+				failedNames = append(failedNames, m[2])
+			case "skip":
+				skipped = append(skipped, m[2])
+			}
+		}
+	}
+	switch {
+	case passed < 0:
+		t.Errorf("node e2b-scenarios.mjs printed no summary (exit: %v)", runErr)
+	case runErr != nil || failed > 0 || len(failedNames) > 0:
+		t.Errorf("node e2b-scenarios.mjs: %v; %d passed, %d failed: %v", runErr, passed, failed, failedNames)
+	case passed < e2bScenarioFloor:
+		t.Errorf("only %d scenarios passed, want at least %d", passed, e2bScenarioFloor)
+	}
+	for _, name := range skipped {
+		if !strings.HasPrefix(name, e2bCIPrefix) {
+			t.Errorf("scenario %s skipped: only the code interpreter's may", name)
+		}
+	}
+
+	// Every sandbox the suite made is gone, by the SDK's own kills.
+	st, body := d.api("GET", "/v1/sandboxes", nil)
+	var list struct {
+		Sandboxes []struct {
+			ID     string            `json:"id"`
+			Labels map[string]string `json:"labels"`
+		} `json:"sandboxes"`
+	}
+	if err := json.Unmarshal(body, &list); st != 200 || err != nil {
+		t.Fatalf("GET /v1/sandboxes = %d %s (%v)", st, body, err)
+	}
+	for _, s := range list.Sandboxes {
+		t.Errorf("sandbox %s (labels %v) left after the suite", s.ID, s.Labels)
+	}
+}
+
+// e2bScenarioScript returns test/node/e2b-scenarios.mjs once node and E2B's
+// SDKs are installed (make deps, or npm ci in test/node).
+func e2bScenarioScript(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs("../node/e2b-scenarios.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", pkg, "package.json")); err != nil {
+			t.Fatalf("E2B's SDK %s is not installed: make deps (or npm ci in test/node) installs it: %v", pkg, err)
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not installed: make deps installs it: %v", err)
+	}
+	return script
+}
