@@ -36,7 +36,8 @@ var (
 // against a daemon of its own: lifecycle, commands, PTY, files, isolation,
 // keys, bad input and the code interpreter, each scenario a line of the log
 // as it ends. It fails on any failed scenario, and when a sandbox is left
-// once the suite is done. The code interpreter's scenarios may skip only
+// once the suite is done. Its subtest bench runs `sbx bench`'s E2B figure
+// against the same daemon, small. The code interpreter's scenarios may skip only
 // when the daemon says it does not serve port 49999, and not at all when
 // SBX_TEST_REQUIRE names e2b-ci.
 func TestE2BSDK(t *testing.T) {
@@ -123,7 +124,9 @@ func TestE2BSDK(t *testing.T) {
 		}
 	}
 
-	// Every sandbox the suite made is gone, by the SDK's own kills.
+	t.Run("bench", func(t *testing.T) { e2bBench(t, d, filepath.Dir(script)) })
+
+	// Every sandbox the suite (and the bench) made is gone, by their own kills.
 	st, body := d.api("GET", "/v1/sandboxes", nil)
 	var list struct {
 		Sandboxes []struct {
@@ -136,6 +139,58 @@ func TestE2BSDK(t *testing.T) {
 	}
 	for _, s := range list.Sandboxes {
 		t.Errorf("sandbox %s (labels %v) left after the suite", s.ID, s.Labels)
+	}
+}
+
+// e2bBench runs `sbx bench --external` against d, small, and checks its E2B
+// figure: samples of Sandbox.create → commands.run('true') through the
+// installed SDK and as many of the /v1 peer, judged against the target.
+func e2bBench(t *testing.T, d *daemon, sdkDir string) {
+	const runs = 5
+	stdout, stderr, code := d.cli("bench", "--external", "--json", "--runs", strconv.Itoa(runs), "--warmup", "2",
+		"--cycles", "4", "--concurrency", "2", "--idle", "0", "--scale", "0", "--burst", "0", "--stream-mb", "0",
+		"--net=false", "--e2b-sdk", sdkDir)
+	if code != 0 {
+		t.Fatalf("sbx bench = %d\nstderr: %s", code, stderr)
+	}
+	var rep struct {
+		E2B *struct {
+			SDKVersion string `json:"sdk_version"`
+			SDK        struct {
+				N     int     `json:"n"`
+				P50MS float64 `json:"p50_ms"`
+			} `json:"sdk"`
+			Peer struct {
+				N     int     `json:"n"`
+				P50MS float64 `json:"p50_ms"`
+			} `json:"peer"`
+		} `json:"e2b"`
+		Unavailable string `json:"e2b_unavailable"`
+		Targets     []struct {
+			Figure string  `json:"figure"`
+			Value  float64 `json:"value"`
+			Want   string  `json:"want"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("sbx bench --json: %v\n%s", err, stdout)
+	}
+	if rep.E2B == nil {
+		t.Fatalf("no E2B figure (unavailable: %q); stderr:\n%s", rep.Unavailable, stderr)
+	}
+	e := rep.E2B
+	if e.SDKVersion != "2.51.0" || e.SDK.N != runs || e.Peer.N != runs || e.SDK.P50MS <= 0 || e.Peer.P50MS <= 0 {
+		t.Errorf("E2B figure = %+v, want %d samples of each from SDK 2.51.0", *e, runs)
+	}
+	t.Logf("E2B SDK create → first commands.run p50 %.2f ms; through /v1 %.2f ms", e.SDK.P50MS, e.Peer.P50MS)
+	judged := false
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Figure, "E2B SDK") {
+			judged = tg.Value == e.SDK.P50MS && tg.Want == "≤ 50 ms"
+		}
+	}
+	if !judged {
+		t.Errorf("the E2B figure is not judged against ≤ 50 ms: %+v", rep.Targets)
 	}
 }
 
