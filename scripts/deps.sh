@@ -31,3 +31,5 @@ fi
 go mod download
 # The JavaScript tools the tests drive sbx with (test/node/package-lock.json).
 (cd "$(dirname "$0")/../test/node" && npm ci --no-audit --no-fund --loglevel=error)
+# The TypeScript SDK's pinned compiler and test packages (sdk/typescript/package-lock.json).
+(cd "$(dirname "$0")/../sdk/typescript" && npm ci --no-audit --no-fund --loglevel=error)

@@ -129,6 +129,9 @@ type Manager struct {
 
 	preview previewKey // signs preview tokens
 	owners  ownerCache // the keys of sandboxes' owners (OwnerKey)
+	// goneFns are called as sandboxes go (OnGone).
+	goneMu  sync.Mutex
+	goneFns []func(sandbox.ID)
 
 	idemMu  sync.Mutex
 	flights map[flightKey]*flight // guarded by idemMu

@@ -72,10 +72,9 @@ func (m *Manager) forgetRules(id sandbox.ID) {
 // rules.
 func (m *Manager) SetNetwork(ctx context.Context, id sandbox.ID, tier sandbox.Network, allow, block []string) (sandbox.Sandbox, error) {
 	const op = "set network"
-	if err := checkID(op, id); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	if err := m.authorize(ctx, op, id); err != nil {
+	// Existence and owner first: an unknown id and another key's answer
+	// alike, whatever the body (SECURITY.md AP-02).
+	if err := m.findOwned(ctx, op, id); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	spec, err := m.policy.AdmitNetwork(tier, allow, block)
@@ -131,10 +130,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id sandbox.ID, tier sandbox.Ne
 // with its totals.
 func (m *Manager) NetworkEvents(ctx context.Context, id sandbox.ID) ([]network.Event, int64, int64, error) {
 	const op = "network events"
-	if err := checkID(op, id); err != nil {
-		return nil, 0, 0, err
-	}
-	if err := m.authorize(ctx, op, id); err != nil {
+	if err := m.findOwned(ctx, op, id); err != nil {
 		return nil, 0, 0, err
 	}
 	if m.network == nil {

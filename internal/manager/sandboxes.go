@@ -220,6 +220,7 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	}
 	m.forgetRules(id)
 	m.forgetSecrets(id)
+	m.gone(id)
 	err = m.store.DeleteSandbox(cctx, id)
 	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
 		m.limits.release(id) // the record is gone, and with it the owner's place
@@ -257,4 +258,22 @@ func (m *Manager) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 	}
 	s, err := st.Stats(ctx, id)
 	return s, sandbox.Wrap(op, id, err)
+}
+
+// OnGone registers fn, called with the id of each sandbox once its host
+// resources are gone (deleted, expired): for the layers above the manager
+// to drop what they keep per sandbox. fn must not block.
+func (m *Manager) OnGone(fn func(sandbox.ID)) {
+	m.goneMu.Lock()
+	m.goneFns = append(m.goneFns, fn)
+	m.goneMu.Unlock()
+}
+
+func (m *Manager) gone(id sandbox.ID) {
+	m.goneMu.Lock()
+	fns := m.goneFns
+	m.goneMu.Unlock()
+	for _, fn := range fns {
+		fn(id)
+	}
 }

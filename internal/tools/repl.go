@@ -115,9 +115,9 @@ func replTools() []*Tool {
 // replAgent is the REPL's view of the sandbox's agent, through the manager.
 type replAgent struct{ c *Call }
 
-func (a replAgent) Start(ctx context.Context, argv []string, env map[string]string, tag string, logBytes int64) (string, error) {
+func (a replAgent) Start(ctx context.Context, argv []string, env map[string]string, cwd, tag string, logBytes int64) (string, error) {
 	var id string
-	_, err := a.c.M().Exec(ctx, a.c.Sandbox, sandbox.ExecRequest{Argv: argv, Env: env, Tag: tag, Background: true,
+	_, err := a.c.M().Exec(ctx, a.c.Sandbox, sandbox.ExecRequest{Argv: argv, Env: env, Cwd: cwd, Tag: tag, Background: true,
 		KeepStdinOpen: true, OutputLogBytes: logBytes, Timeout: a.c.M().Policy().MaxExecTimeout}, false,
 		func(ev sandbox.ExecEvent) error {
 			if ev.Started != nil {

@@ -84,6 +84,7 @@ type Set struct {
 	m       *manager.Manager
 	now     func() time.Time
 	repl    *repl.Sessions
+	ci      *codeInterp
 	cursors cursors
 	tools   []*Tool
 	named   map[string]*Tool
@@ -94,6 +95,13 @@ func New(m *manager.Manager, opts Options) *Set {
 	s := &Set{m: m, now: opts.Now, repl: repl.NewSessions(opts.LLM), named: map[string]*Tool{}}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	s.ci = newCodeInterp(managerHost{s})
+	if m != nil {
+		m.OnGone(func(id sandbox.ID) { // what is kept per sandbox goes with it
+			s.repl.Forget(string(id))
+			s.ci.forget(id)
+		})
 	}
 	for _, group := range [][]*Tool{shellTools(), execTools(), fileTools(), replTools(), seed004Tools(), bslTools()} {
 		for _, t := range group {

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"sbx.dev/sbx/internal/server/e2bapi"
 	"sbx.dev/sbx/internal/server/httpapi"
 )
 
@@ -138,6 +139,93 @@ func (r *run) walkUnauthorized(d *daemon, routes []apiRoute, auths map[string]st
 	return n
 }
 
+// walkE2BControl sends every route of E2B's control plane to d with each
+// X-API-Key of keys ("" for none) and records a breach for each answer that
+// is not E2B's 401 ({"code":401,…}, which the SDK turns into its
+// AuthenticationError).
+func (r *run) walkE2BControl(d *daemon, keys map[string]string) int {
+	n := 0
+	for _, p := range e2bapi.Patterns() {
+		method, path, _ := strings.Cut(p, " ")
+		for name, k := range keys {
+			req, _ := http.NewRequest(method, d.url+strings.ReplaceAll(path, "{id}", r.env.sibling), strings.NewReader(`{}`))
+			req.Header.Set("Content-Type", "application/json")
+			if k != "" {
+				req.Header.Set("X-API-Key", k)
+			}
+			st, _, b := r.send(req, nil)
+			n++
+			var e struct{ Code int }
+			if st != 401 || json.Unmarshal(b, &e) != nil || e.Code != 401 {
+				r.breach("AP-01: E2B %s %s with %s = %d %.150s, want 401 {\"code\":401}", method, path, name, st, b)
+			}
+		}
+	}
+	return n
+}
+
+// walkE2BData sends E2B's data-plane routes for the sibling, which is
+// running, with no access token and with wrong ones: each must be 401, the
+// health route alone answering (204). The control: the sibling's real token
+// (read by its owner, the admin key) opens a read-only route.
+func (r *run) walkE2BData(key string) int {
+	st, _, b := r.call(r.d, key, "GET", "/sandboxes/"+r.env.sibling, nil, map[string]string{"X-API-Key": key})
+	var info struct{ EnvdAccessToken string }
+	if st != 200 || json.Unmarshal(b, &info) != nil || info.EnvdAccessToken == "" {
+		r.breach("AP-01: control: the sibling's E2B info = %d %.200s", st, b)
+		return 0
+	}
+	flip := []byte(info.EnvdAccessToken)
+	flip[0] ^= 1
+	type dataRoute struct {
+		port         int
+		method, path string
+		ctype, body  string
+	}
+	routes := []dataRoute{
+		{49983, "POST", "/process.Process/Start", "application/connect+json", "\x00\x00\x00\x00\x20{\"process\":{\"cmd\":\"/bin/true\"}}"},
+		{49983, "POST", "/process.Process/List", "application/json", "{}"},
+		{49983, "POST", "/process.Process/SendSignal", "application/json", `{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`},
+		{49983, "POST", "/filesystem.Filesystem/Stat", "application/json", `{"path":"/workspace"}`},
+		{49983, "POST", "/filesystem.Filesystem/Remove", "application/json", `{"path":"/workspace/secret.txt"}`},
+		{49983, "GET", "/files?path=/workspace/secret.txt", "", ""},
+		{49983, "POST", "/files?path=/workspace/x", "application/octet-stream", "x"},
+		{49999, "POST", "/execute", "application/json", `{"code":"1"}`},
+		{49999, "GET", "/contexts", "", ""},
+		{49999, "POST", "/contexts", "application/json", `{}`},
+	}
+	tokens := map[string]string{"no token": "", "wrong token": "wrong", "token with one bit off": string(flip),
+		"the API key as a token": key}
+	n := 0
+	for _, rt := range routes {
+		for name, tok := range tokens {
+			req, _ := http.NewRequest(rt.method, r.d.url+rt.path, strings.NewReader(rt.body))
+			req.Header.Set("E2b-Sandbox-Id", r.env.sibling)
+			req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(rt.port))
+			if rt.ctype != "" {
+				req.Header.Set("Content-Type", rt.ctype)
+			}
+			if tok != "" {
+				req.Header.Set("X-Access-Token", tok)
+			}
+			st, _, b := r.send(req, nil)
+			n++
+			if st != 401 {
+				r.breach("AP-01: E2B data plane %d %s %s with %s = %d %.150s, want 401", rt.port, rt.method, rt.path, name, st, b)
+			}
+		}
+	}
+	hdr := map[string]string{"E2b-Sandbox-Id": r.env.sibling, "E2b-Sandbox-Port": "49983"}
+	if st, _, b := r.call(r.d, "", "GET", "/health", nil, hdr); st != 204 {
+		r.breach("AP-01: E2B health of a running sandbox without a token = %d %.150s, want 204", st, b)
+	}
+	hdr["X-Access-Token"] = info.EnvdAccessToken
+	if st, _, b := r.call(r.d, "", "POST", "/filesystem.Filesystem/Stat", map[string]string{"path": "/workspace"}, hdr); st != 200 {
+		r.breach("AP-01: control: Stat with the sibling's own token = %d %.150s, want 200", st, b)
+	}
+	return n
+}
+
 func ap01Attack(r *run) error {
 	routes, _, err := r.docRoutes()
 	if err != nil {
@@ -161,7 +249,7 @@ func ap01Attack(r *run) error {
 	// Routes that do not exist answer 401 too: no map of the router for
 	// callers without a key.
 	absent := []apiRoute{{method: "GET", path: "/metrics"}, {method: "GET", path: "/debug/pprof/"},
-		{method: "GET", path: "/mcp"}, {method: "POST", path: "/sandboxes"}}
+		{method: "GET", path: "/mcp"}}
 	n += r.walkUnauthorized(r.d, absent, map[string]string{"no header": ""})
 	n += r.walkTerminalKeys(key)
 	// A revoked key: a second daemon whose admin key was lost and replaced.
@@ -180,10 +268,16 @@ func ap01Attack(r *run) error {
 		return fmt.Errorf("the restarted daemon kept the lost key")
 	}
 	n += r.walkUnauthorized(fresh, routes, map[string]string{"revoked key": "Bearer " + oldKey})
+	e2bKeys := map[string]string{"no key": "", "wrong key": "sbx_wrong", "key with one bit off": string(flip),
+		"key prefix": key[:len(key)-1]}
+	ne := r.walkE2BControl(r.d, e2bKeys)
+	ne += r.walkE2BControl(fresh, map[string]string{"revoked key": oldKey})
+	ne += r.walkE2BData(key)
 	fresh.t = r.t
 	fresh.cleanup()
-	r.note("%d unauthorised requests over %s documented routes, 4 absent ones (/metrics, /debug/pprof, /mcp, E2B /sandboxes) and the terminal's WebSocket keys", n, r.get("routes"))
-	r.note("gap: no MCP or E2B routes and no key expiry exist yet; constant-time comparison is by code (store.LookupKey), not measured")
+	r.note("%d unauthorised requests over %s documented routes, 3 absent ones (/metrics, /debug/pprof, /mcp) and the terminal's WebSocket keys", n, r.get("routes"))
+	r.note("%d more over E2B's %d control-plane routes (X-API-Key) and its data plane (access tokens)", ne, len(e2bapi.Patterns()))
+	r.note("gap: no key expiry exists yet; constant-time comparison is by code (store.LookupKey, subtle.ConstantTimeCompare), not measured")
 	return nil
 }
 

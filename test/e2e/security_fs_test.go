@@ -622,8 +622,28 @@ func fs14Attack(r *run) error {
 	for _, p := range []string{hp, "/proc/1/root" + hp, "/proc/self/root" + hp} {
 		r.fileOps(id, p, q(p), "", false)
 	}
-	// The same key reaches B by id: tenants are a later issue.
-	r.note("gap: B runs under the same API key as A (tenants come later), so B's id is not a boundary yet; no bind-mount API exists to try bind sources")
+	// B's id from another key: A's sandbox under a key of its own, whose
+	// calls on B's id are those on an unknown id (AP-02 walks every route).
+	k, _ := r.newRowKey("fs14-a", nil)
+	a2, err := r.createAs(r.d, k, nil)
+	if err != nil {
+		return err
+	}
+	r.sandboxes = append(r.sandboxes, a2)
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/sandboxes/" + r.env.sibling + "/files/read?path=secret.txt"},
+		{"GET", "/v1/sandboxes/" + r.env.sibling + "/files/download?path=secret.txt"},
+		{"POST", "/v1/sandboxes/" + r.env.sibling + "/exec"},
+	} {
+		st, _, b := r.call(r.d, k, c.method, c.path, map[string]any{"command": "cat secret.txt"}, nil)
+		if st != 404 || strings.Contains(string(b), r.env.bFile) {
+			r.breach("FS-14: another key's %s %s on B = %d %.200s, want 404", c.method, c.path, st, b)
+		}
+	}
+	if res, err := r.execAs(r.d, k, a2, map[string]any{"command": "echo own"}); err != nil || res.Stdout != "own\n" {
+		return fmt.Errorf("control: the other key in its own sandbox: %+v %v", res, err)
+	}
+	r.note("B is the admin key's; A's calls run under the admin key too (which sees every sandbox), and A2's under a key of its own, refused on B's id; no bind-mount API exists to try bind sources")
 	return nil
 }
 

@@ -199,8 +199,12 @@ var catalogue = []entry{
 
 	{id: "AP-01", attack: "router walk with missing, malformed, revoked keys", backends: bothBackends,
 		control: ap01Control, attackProbe: ap01Attack},
+	{id: "AP-02", attack: "key A on key B's sandbox ids: every /v1 route, E2B's planes, lists", backends: bothBackends,
+		setup: ap02Setup, control: ap02Control, attackProbe: ap02Attack, evidence: ap02Evidence},
 	{id: "AP-03", attack: "id guessing: entropy, unknown vs deleted vs malformed", backends: bothBackends,
 		control: ap03Control, attackProbe: ap03Attack},
+	{id: "AP-04", attack: "token scope: E2B and preview tokens on a sibling and on management routes; exec without sandbox.exec", backends: bothBackends,
+		setup: ap04Setup, control: ap04Control, attackProbe: ap04Attack, evidence: ap04Evidence},
 	{id: "AP-05", attack: "env and proxy secrets used every way, then logs, audit, files, argv, environ searched", backends: nativeOnly,
 		setup: ap05Setup, control: ap05Control, attackProbe: ap05Attack},
 	{id: "AP-06", attack: "raw keys at rest, in logs, echoed in errors", backends: bothBackends,
@@ -549,7 +553,7 @@ func (r *run) teardown() []string {
 func printTable(t *testing.T, results []result, took time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nattack catalogue (SECURITY.md §5), %s variants, %s\n\n", map[bool]string{true: "soak", false: "short"}[soak()], took.Round(time.Second))
-	b.WriteString("canaries after every row: host file (inotify), loopback TCP and unix listeners, sibling B (same API key as the rows: tenants come later), host state, output scan; leak audit against the suite's baseline\n\n")
+	b.WriteString("canaries after every row: host file (inotify), loopback TCP and unix listeners, sibling B (the admin key's, as the rows' own sandboxes are; AP-02, AP-04 and FS-14 add keys of their own), host state, output scan; leak audit against the suite's baseline\n\n")
 	fmt.Fprintf(&b, "| ID | backend | attack | control | canaries | leaks | verdict |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.id, r.backend, r.attack, r.control, r.canaries, r.leakCol, r.verdict)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxPath is the longest wire path accepted.
@@ -374,6 +376,11 @@ func (f *FS) Remove(p string) error {
 		return errorf(Invalid, "cannot remove the root directory")
 	}
 	if f.root == nil {
+		if mountRoot(w) {
+			// Its contents would go and then the removal fail (EBUSY):
+			// refuse before anything is removed.
+			return errorf(Invalid, "cannot remove '%s': it is a mount point (remove what is in it instead)", w)
+		}
 		err = removeAllNoMagic(w)
 	} else {
 		err = f.root.RemoveAll(rel(w))
@@ -571,4 +578,13 @@ func (f *FS) CreateSpill(dir, name string) (*os.File, string, error) {
 	}
 	fl, err := f.OpenFile(w, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	return fl, w, err
+}
+
+// mountRoot reports whether path (not followed) is the root of a mount.
+func mountRoot(path string) bool {
+	var st unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, 0, &st) != nil {
+		return false
+	}
+	return st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }

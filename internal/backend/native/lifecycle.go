@@ -235,8 +235,14 @@ func (d *Driver) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error
 	if err != nil {
 		return backend.Stats{}, sandbox.Wrap("stats", id, err)
 	}
-	return backend.Stats{MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
-		Pids: st.Pids, CPUUsage: st.CPUUsage, OOMKills: st.OOMKills}, nil
+	out := backend.Stats{MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+		Pids: st.Pids, CPUUsage: st.CPUUsage, OOMKills: st.OOMKills}
+	if filepath.Dir(b.dir) == d.pool.Dir() { // a subvolume with its quota group
+		if out.DiskBytes, err = d.pool.Used(b.dir); err != nil {
+			return backend.Stats{}, sandbox.Wrap("stats", id, err)
+		}
+	}
+	return out, nil
 }
 
 // ListHeld implements backend.Lister: the ids that have a directory under the

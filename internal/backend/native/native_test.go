@@ -415,3 +415,26 @@ func TestProbe(t *testing.T) {
 		t.Errorf("Probe level = %q", rep.Level)
 	}
 }
+
+// Stats reads the sandbox's cgroup and its disk quota group: bytes the
+// workload writes show as DiskBytes.
+func TestStatsDisk(t *testing.T) {
+	d, _ := openTest(t, "/bin/sh", "-c", "head -c 3145728 /dev/zero > /workspace/f && sync && sleep 1000")
+	id := sandbox.NewID()
+	sp := spec(id)
+	sp.DiskBytes = 64 * sandbox.MiB
+	if _, err := d.Start(t.Context(), sp); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	defer d.Destroy(context.Background(), id)
+	var st backend.Stats
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if st, err = d.Stats(t.Context(), id); err == nil && st.DiskBytes >= 3<<20 {
+			break
+		}
+	}
+	if err != nil || st.DiskBytes < 3<<20 || st.DiskBytes > 8<<20 || st.Pids < 1 {
+		t.Errorf("Stats = %+v, %v; want ~3 MiB of disk and a process", st, err)
+	}
+}

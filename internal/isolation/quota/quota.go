@@ -522,3 +522,54 @@ func unescape(s string) string {
 	}
 	return b.String()
 }
+
+// More btrfs ioctls, for Used.
+const (
+	iocInoLookup = 0xd0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)
+	iocFSInfo    = 0x8400941f // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args)
+)
+
+// inoLookupArgs is struct btrfs_ioctl_ino_lookup_args.
+type inoLookupArgs struct {
+	TreeID   uint64
+	ObjectID uint64
+	Name     [4080]byte
+}
+
+// fsInfoArgs is struct btrfs_ioctl_fs_info_args.
+type fsInfoArgs struct {
+	MaxID      uint64
+	NumDevices uint64
+	FSID       [16]byte
+	_          [1024 - 32]byte
+}
+
+// Used returns the bytes the subvolume at path holds, as its quota group
+// counts them (what Limit bounds): the kernel's sysfs view of the group,
+// /sys/fs/btrfs/<fsid>/qgroups/0_<subvolume id>/referenced.
+func (p *Pool) Used(path string) (int64, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0, fmt.Errorf("disk quota: %w", &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(fd)
+	look := inoLookupArgs{ObjectID: 256} // a subvolume's root directory
+	if err := ioctl(fd, iocInoLookup, unsafe.Pointer(&look)); err != nil {
+		return 0, fmt.Errorf("disk quota: subvolume id of %s: %w", path, err)
+	}
+	var info fsInfoArgs
+	if err := ioctl(fd, iocFSInfo, unsafe.Pointer(&info)); err != nil {
+		return 0, fmt.Errorf("disk quota: filesystem id of %s: %w", path, err)
+	}
+	u := info.FSID
+	fsid := fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	b, err := os.ReadFile(fmt.Sprintf("/sys/fs/btrfs/%s/qgroups/0_%d/referenced", fsid, look.TreeID))
+	if err != nil {
+		return 0, fmt.Errorf("disk quota: usage of %s: %w", path, err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("disk quota: usage of %s: %q: %w", path, b, err)
+	}
+	return n, nil
+}

@@ -290,3 +290,36 @@ func TestRemove(t *testing.T) {
 		t.Errorf("Create after Remove = %v", err)
 	}
 }
+
+func TestUsed(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Create("b", 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(a, "x"), 5); err != nil {
+		t.Fatal(err)
+	}
+	unix.Sync() // the quota group is counted at commit
+	ua, err := p.Used(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ub, err := p.Used(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ua < 5<<20 || ua > 6<<20 {
+		t.Errorf("Used after 5 MiB = %d bytes", ua)
+	}
+	if ub >= 1<<20 {
+		t.Errorf("control: the empty sibling uses %d bytes", ub)
+	}
+	if _, err := p.Used(filepath.Join(p.Dir(), "nope")); err == nil {
+		t.Error("Used of a missing subvolume did not fail")
+	}
+}

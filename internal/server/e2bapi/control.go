@@ -36,28 +36,44 @@ const defaultTimeout = 300 * time.Second
 // interpreter needs).
 var e2bTemplates = []string{"base", "code-interpreter-v1", "code-interpreter-beta", "desktop"}
 
+// route is one route of the control plane.
+type route struct {
+	pattern string
+	fn      func(*Handler, http.ResponseWriter, *http.Request) error
+}
+
+// controlRoutes is the control plane's routing table.
+var controlRoutes = []route{
+	{"POST /v2/sandboxes", (*Handler).create},
+	{"POST /sandboxes", (*Handler).create},
+	{"GET /v2/sandboxes", (*Handler).listV2},
+	{"GET /sandboxes", (*Handler).listV1},
+	{"GET /sandboxes/{id}", (*Handler).get},
+	{"DELETE /sandboxes/{id}", (*Handler).kill},
+	{"POST /sandboxes/{id}/timeout", (*Handler).setTimeout},
+	{"POST /sandboxes/{id}/refreshes", (*Handler).refresh},
+	{"POST /v2/sandboxes/{id}/connect", (*Handler).connect},
+	{"POST /sandboxes/{id}/resume", (*Handler).resume},
+	{"POST /sandboxes/{id}/pause", (*Handler).pause},
+	{"GET /sandboxes/{id}/metrics", (*Handler).metrics},
+	{"GET /sandboxes/{id}/logs", (*Handler).logsV1},
+	{"GET /v2/sandboxes/{id}/logs", (*Handler).logsV2},
+}
+
+// Patterns lists the control plane's routes ("METHOD /path"), for tests
+// that walk them.
+func Patterns() []string {
+	out := make([]string, 0, len(controlRoutes))
+	for _, rt := range controlRoutes {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
 func (h *Handler) routes() {
-	for _, rt := range []struct {
-		pattern string
-		fn      func(http.ResponseWriter, *http.Request) error
-	}{
-		{"POST /v2/sandboxes", h.create},
-		{"POST /sandboxes", h.create},
-		{"GET /v2/sandboxes", h.listV2},
-		{"GET /sandboxes", h.listV1},
-		{"GET /sandboxes/{id}", h.get},
-		{"DELETE /sandboxes/{id}", h.kill},
-		{"POST /sandboxes/{id}/timeout", h.setTimeout},
-		{"POST /sandboxes/{id}/refreshes", h.refresh},
-		{"POST /v2/sandboxes/{id}/connect", h.connect},
-		{"POST /sandboxes/{id}/resume", h.resume},
-		{"POST /sandboxes/{id}/pause", h.pause},
-		{"GET /sandboxes/{id}/metrics", h.metrics},
-		{"GET /sandboxes/{id}/logs", h.logsV1},
-		{"GET /v2/sandboxes/{id}/logs", h.logsV2},
-	} {
+	for _, rt := range controlRoutes {
 		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
-			if err := rt.fn(w, r); err != nil {
+			if err := rt.fn(h, w, r); err != nil {
 				h.writeError(w, r, err)
 			}
 		})

@@ -134,8 +134,6 @@ func envdRoute(r *http.Request) (capability string, ok bool) {
 		return tools.CapFiles, true
 	case p == "/health" && r.Method == http.MethodGet:
 		return "", true
-	case p == "/envs" && r.Method == http.MethodGet:
-		return tools.CapEnv, true
 	}
 	return "", false
 }
@@ -160,19 +158,6 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id sandbox.I
 				return
 			}
 		}
-	}
-	if r.URL.Path == "/envs" {
-		sb, err := h.m.Get(r.Context(), id)
-		if err != nil {
-			h.envdError(w, r, err)
-			return
-		}
-		env := sb.Spec.Env
-		if env == nil {
-			env = map[string]string{}
-		}
-		writeJSON(w, http.StatusOK, env)
-		return
 	}
 	hc, err := h.m.AgentHTTP(r.Context(), id)
 	if err != nil {

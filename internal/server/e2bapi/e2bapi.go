@@ -49,8 +49,27 @@ const (
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
 	headerAccessToken = "X-Access-Token"
-	headerTraffic     = "E2b-Traffic-Access-Token"
+	headerTraffic     = TrafficHeader
 )
+
+// TrafficHeader carries a sandbox's access token to its ports, as E2B's SDKs
+// send it; the preview proxy takes it in place of a preview token.
+const TrafficHeader = "E2b-Traffic-Access-Token"
+
+// PortRequest reports whether r is routed by E2B's headers to a port of a
+// sandbox other than envd's and the code interpreter's: the preview proxy
+// serves those.
+func PortRequest(r *http.Request) (id string, port int, ok bool) {
+	id = r.Header.Get(headerSandboxID)
+	if id == "" {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(r.Header.Get(headerSandboxPort))
+	if err != nil || port == EnvdPort || port == CodeInterpreterPort {
+		return "", 0, false
+	}
+	return id, port, true
+}
 
 // CodeInterpreter serves the code interpreter's routes (port 49999) of one
 // sandbox; the request is authenticated and carries the owner's key.
@@ -93,6 +112,9 @@ func New(m *manager.Manager, opts Options) *Handler {
 		h.client = "sbx"
 	}
 	h.routes()
+	if m != nil {
+		m.OnGone(func(id sandbox.ID) { cpuSamples.Delete(id) })
+	}
 	return h
 }
 

@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"sbx.dev/sbx/api/openapi"
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
-	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/testutil"
 )
@@ -37,33 +36,13 @@ type apiEnv struct {
 // options before it starts.
 func newAPI(t *testing.T, opts Options, tweak ...func(*manager.Options)) *apiEnv {
 	t.Helper()
-	testutil.CheckLeaks(t)
 	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sbx.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	// The daemon's admin key: a key under this name, whose secret admin.key holds.
-	token, _, err := st.CreateKey(ctx, store.AdminKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := fake.New("fake")
-	t.Cleanup(func() { d.Close() })
-	mo := manager.Options{Store: st, Drivers: []manager.NamedDriver{{Name: "fake", Driver: d}},
-		Policy: sandbox.DefaultPolicy(), Log: testutil.Logger(t)}
-	for _, f := range tweak {
-		f(&mo)
-	}
-	m, err := manager.New(ctx, mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
-	if err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	me := managertest.New(t, func(o *manager.Options, _ *fake.Driver) {
+		for _, f := range tweak {
+			f(o)
+		}
+	})
+	m, st, d, token := me.M, me.Store, me.Driver, me.AdminToken
 	key, err := m.Authenticate(ctx, token)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server/e2bapi"
 	"sbx.dev/sbx/internal/tools"
 )
 
@@ -165,6 +166,12 @@ func (s *server) routes() []route {
 // ServeHTTP sets the request id, puts the body under its minimum rate,
 // authenticates, routes, and answers unknown routes with the API's error body.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if sid, port, ok := e2bapi.PortRequest(r); ok && s.e2b != nil {
+		if id, err := sandbox.ParseID(sid); err == nil {
+			s.servePreviewHost(w, r, id, port) // a sandbox's port, by E2B's routing headers
+			return
+		}
+	}
 	if s.e2b != nil && s.e2b.Match(r) {
 		s.serveE2B(w, r)
 		return

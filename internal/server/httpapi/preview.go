@@ -29,6 +29,7 @@ import (
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server/e2bapi"
 )
 
 // proxyOp names the proxied requests in errors, logs and the audit.
@@ -342,6 +343,9 @@ const (
 	viaQuery  = "query"
 	viaCookie = "cookie"
 	viaPublic = "public"
+	// viaTraffic is the sandbox's access token in E2B's traffic header
+	// (e2bapi.TrafficHeader), as E2B's SDKs send it to a sandbox's ports.
+	viaTraffic = "e2b-traffic-token"
 )
 
 // previewAuth decides whether r may reach t, and how (t.via): an API key of
@@ -377,6 +381,13 @@ func (s *server) previewAuth(r *http.Request, t *proxyTarget, allowKey bool) (*h
 		return r, nil
 	case len(hs) > 0 && refusal == nil:
 		refusal = badToken(openapi.PreviewTokenHeader + " header")
+	}
+	switch ts := r.Header.Values(e2bapi.TrafficHeader); {
+	case len(ts) == 1 && s.m.AccessTokenValid(t.id, ts[0]):
+		t.via = viaTraffic
+		return r, nil
+	case len(ts) > 0 && refusal == nil:
+		refusal = &sandbox.Error{Op: proxyOp, ID: t.id, Err: fmt.Errorf("%w: the access token in the %s header is not this sandbox's", sandbox.ErrDenied, e2bapi.TrafficHeader)}
 	}
 	if query != "" {
 		if s.m.PreviewTokenValid(t.id, query) {
@@ -528,6 +539,7 @@ func (s *server) rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Set("X-Forwarded-Prefix", t.prefix)
 	}
 	out.Header.Del(openapi.PreviewTokenHeader)
+	out.Header.Del(e2bapi.TrafficHeader)
 	stripCookie(out.Header, openapi.PreviewCookie)
 	if t.dropAuth {
 		out.Header.Del("Authorization")

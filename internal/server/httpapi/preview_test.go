@@ -20,6 +20,8 @@ import (
 	"sbx.dev/sbx/api/openapi"
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/server/e2bapi"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 func TestParsePreviewHost(t *testing.T) {
@@ -789,5 +791,52 @@ func TestPreviewWebSocket(t *testing.T) {
 		HTTPHeader: http.Header{"Cookie": {openapi.PreviewCookie + "=" + e.token}, "Origin": {"http://evil.example"}}})
 	if err == nil || resp == nil || resp.StatusCode != 403 {
 		t.Errorf("a WebSocket with the cookie from another origin: %v, %v; want 403", resp, err)
+	}
+}
+
+// E2B's SDKs reach a sandbox's other ports by its routing headers or its
+// host, with the sandbox's access token in their traffic header: the
+// preview proxy serves both, the token standing for a preview token.
+func TestPreviewByE2BRouting(t *testing.T) {
+	e := newPreviewEnv(t)
+	e.s.e2b = e2bapi.New(e.m, e2bapi.Options{Log: testutil.Logger(t)})
+	tok, err := e.m.AccessToken(t.Context(), sandbox.ID(e.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := e.sandbox(`{}`)
+	otherTok, err := e.m.AccessToken(t.Context(), sandbox.ID(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := []string{"E2b-Sandbox-Id", e.id, "E2b-Sandbox-Port", "8000"}
+	resp, b := e.send("GET", "", "/app?q=1", "", append(route, e2bapi.TrafficHeader, tok)...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("by E2B's headers with the traffic token = %d %s", resp.StatusCode, b)
+	}
+	if s := e.last(); s.Path != "/app" || s.Query != "q=1" || s.Header.Get(e2bapi.TrafficHeader) != "" {
+		t.Errorf("the sandbox saw %s ?%s with the traffic header %q", s.Path, s.Query, s.Header.Get(e2bapi.TrafficHeader))
+	}
+	resp, b = e.send("GET", host(8000, e.id), "/by-host", "", e2bapi.TrafficHeader, tok)
+	if resp.StatusCode != 200 || e.last().Path != "/by-host" {
+		t.Errorf("by host with the traffic token = %d %s", resp.StatusCode, b)
+	}
+	n := e.count()
+	for _, c := range []struct {
+		hdr    []string
+		status int
+	}{
+		{route, 401},
+		{append(route, e2bapi.TrafficHeader, "wrong"), 403},
+		{append(route, e2bapi.TrafficHeader, otherTok), 403},
+		{append(route, e2bapi.TrafficHeader, e.token), 403}, // the preview token is no access token
+	} {
+		resp, b := e.send("GET", "", "/app", "", c.hdr...)
+		if resp.StatusCode != c.status {
+			t.Errorf("%v = %d %s, want %d", c.hdr, resp.StatusCode, b, c.status)
+		}
+	}
+	if e.count() != n {
+		t.Errorf("refused requests reached the sandbox")
 	}
 }

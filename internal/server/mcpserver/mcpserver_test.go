@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/manager"
+	"sbx.dev/sbx/internal/manager/managertest"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/server/httpapi"
 	"sbx.dev/sbx/internal/store"
@@ -40,29 +40,10 @@ type env struct {
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
-	testutil.CheckLeaks(t)
-	ctx := t.Context()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "sbx.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	token, _, err := st.CreateKey(ctx, store.AdminKeyName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := fake.New("fake")
-	t.Cleanup(func() { d.Close() })
-	d.Script("echo hi", fake.Run{Output: []fake.Output{{Data: []byte("hi\n")}}})
-	m, err := manager.New(ctx, manager.Options{Store: st, Drivers: []manager.NamedDriver{{Name: "fake", Driver: d}},
-		Policy: sandbox.DefaultPolicy(), Log: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
-	if err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	me := managertest.New(t, func(_ *manager.Options, d *fake.Driver) {
+		d.Script("echo hi", fake.Run{Output: []fake.Output{{Data: []byte("hi\n")}}})
+	})
+	m, st, d, token := me.M, me.Store, me.Driver, me.AdminToken
 	set := tools.New(m, tools.Options{})
 	if opts.Log == nil {
 		opts.Log = testutil.Logger(t)

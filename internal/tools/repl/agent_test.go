@@ -15,7 +15,8 @@ import (
 
 // localAgent is an Agent whose "sandbox" is this machine: Start runs a real
 // local process (python3 is the real /usr/bin/python3), only the transport
-// is local. Files written land under root.
+// is local. Files written land under root, the default cwd; a cwd is a
+// host path.
 type localAgent struct {
 	t      *testing.T
 	python string // what python3 resolves to; "" is a sandbox without it
@@ -33,10 +34,10 @@ type localAgent struct {
 
 // localProc is one process and its output log.
 type localProc struct {
-	id, tag string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	limit   int64
+	id, tag, cwd string
+	cmd          *exec.Cmd
+	stdin        io.WriteCloser
+	limit        int64
 
 	mu      sync.Mutex
 	log     []byte // output at offsets base..base+len(log)
@@ -62,12 +63,18 @@ func (a *localAgent) killAll() {
 	}
 }
 
-func (a *localAgent) Start(_ context.Context, argv []string, env map[string]string, tag string, logBytes int64) (string, error) {
+func (a *localAgent) Start(_ context.Context, argv []string, env map[string]string, cwd, tag string, logBytes int64) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.starts++
 	a.seq++
-	p := &localProc{id: fmt.Sprintf("p%d", a.seq), tag: tag, limit: logBytes, changed: make(chan struct{})}
+	if cwd == "" {
+		cwd = a.root
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("cwd '%s' does not exist", cwd)
+	}
+	p := &localProc{id: fmt.Sprintf("p%d", a.seq), tag: tag, cwd: cwd, limit: logBytes, changed: make(chan struct{})}
 	name := argv[0]
 	if name == "python3" {
 		name = a.python
@@ -107,7 +114,7 @@ func (a *localAgent) spawn(p *localProc, name string, args []string, env map[str
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Dir = a.root
+	cmd.Dir = p.cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

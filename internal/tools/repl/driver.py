@@ -5,7 +5,11 @@ The sbx daemon writes this file into the sandbox and runs it as
 stdout only (the sandbox has no network), one JSON object a line.
 
 Requests, on stdin:
-  {"type": "execute", "id": ID, "code": CODE}
+  {"type": "execute", "id": ID, "code": CODE, "env": {K: V}, "stream": B, "rich": B}
+      env is set in os.environ for this cell only; stream asks for the
+      cell's output as it is written (output responses); rich for the rich
+      representations of the value, display() calls and figures (data and
+      displays in the result) instead of images
   {"type": "ping", "id": ID}
   {"type": "llm_answer", "qid": QID, "text": TEXT}  or  {..., "error": WHY}
 Responses, on the original stdout, each line starting with SENTINEL so that
@@ -15,7 +19,10 @@ nothing else can pass for one:
   {"type": "pong", "id": ID, "busy": B, "cell": ID, "execution_count": N, ...}
   {"type": "result", "id": ID, "stdout": ..., "stderr": ..., "value": ...,
    "error": {"name", "value", "traceback"}, "images": [{"png", "svg"}],
-   "final": ..., "execution_count": N, "duration_ms": N, "truncated": B}
+   "final": ..., "execution_count": N, "duration_ms": N, "truncated": B,
+   "data": BUNDLE, "displays": [BUNDLE]}      (rich: BUNDLE maps MIME types to data)
+  {"type": "output", "id": ID, "stream": "stdout"|"stderr", "text": ...}
+      (stream: a cell's output while it runs, all of it before its result)
   {"type": "llm_query", "id": CELL_ID, "qid": QID, "prompt": ..., "system": ...}
   {"type": "error", "id": ID, "message": WHY}  a request it could not handle
 
@@ -30,7 +37,7 @@ far as saying it is too old).
 import sys
 
 SENTINEL = "\x1esbx-repl "
-PROTOCOL = 1
+PROTOCOL = 2
 
 if sys.version_info < (3, 9):
     import json as _json
@@ -66,6 +73,9 @@ VALUE_CAP = 100000  # characters of the last expression's repr
 TRACEBACK_CAP = 100000  # characters of a traceback
 IMAGES_CAP = 4 << 20  # characters of all images of one cell (base64 + SVG)
 SVG_CAP = 1 << 20  # a larger SVG is left out; its PNG stays
+RICH_CAP = 4 << 20  # characters of all rich representations of one cell but text/plain (figures included)
+LIVE_CAP = 8 << 20  # bytes of stdout, and as many of stderr, streamed for one cell
+LIVE_EVERY = 0.05  # seconds between two output responses of one stream: output is sent in batches
 
 DRIVER_FILE = globals().get("__file__", "<sbx-repl>")  # run by exec(): "<sbx-repl>"
 
@@ -147,10 +157,16 @@ class Capture:
     end is a mark written into the same pipe: all that was written before it
     belongs to that cell. The mark carries a secret so that no output can
     forge one.
+
+    While a cell that asked for it runs (live), what is kept is also sent as
+    output responses, in batches (LIVE_EVERY), up to LIVE_CAP bytes; the
+    last batch goes out before the cell's result.
     """
 
-    def __init__(self, fd, secret):
+    def __init__(self, fd, secret, chan, name):
         self.fd = fd
+        self.name = name
+        self.chan = chan
         self.mark = b"\x1esbx-mark:" + secret + b":"
         self.r, self.w = os.pipe()
         self.cond = threading.Condition()
@@ -159,7 +175,18 @@ class Capture:
         self.total = 0
         self.done = {}
         self.stream = None
+        # The live view: guarded by cond, but for decoder, which send_lock
+        # guards; send_lock is held from taking a batch to sending it, so
+        # that no batch is sent after the cell's last one.
+        self.send_lock = threading.Lock()
+        self.live_id = None  # the cell whose output is streamed
+        self.live = bytearray()  # kept, not yet sent
+        self.live_left = 0  # bytes that may still be streamed
+        self.live_dropped = 0
+        self.live_held = False  # live starts with a partial line held back once
+        self.decoder = None
         threading.Thread(target=self.pump, name="sbx-capture-%d" % fd, daemon=True).start()
+        threading.Thread(target=self.streamer, name="sbx-stream-%d" % fd, daemon=True).start()
 
     def attach(self):
         """Points fd and sys.stdout or sys.stderr at the pipe, again: a cell may have closed or replaced them."""
@@ -187,8 +214,12 @@ class Capture:
         while True:
             i = pending.find(self.mark)
             if i < 0:
-                # The last bytes may be the start of a mark: keep them back.
-                cut = max(0, len(pending) - len(self.mark) + 1)
+                # The last bytes may be the start of a mark: keep them back,
+                # and nothing else (the mark holds one \x1e, its first byte).
+                cut = len(pending)
+                j = pending.rfind(b"\x1e", max(0, len(pending) - len(self.mark) + 1))
+                if j >= 0 and self.mark.startswith(bytes(pending[j:])):
+                    cut = j
                 self.keep(pending[:cut])
                 del pending[:cut]
                 return
@@ -206,6 +237,12 @@ class Capture:
         if not data:
             return
         with self.cond:
+            if self.live_id is not None:
+                take = data[:max(0, self.live_left - len(self.live))]
+                self.live += take
+                self.live_dropped += len(data) - len(take)
+                if take:
+                    self.cond.notify_all()
             self.total += len(data)
             room = STREAM_CAP // 2 - len(self.head)
             if room > 0:
@@ -223,16 +260,64 @@ class Capture:
             self.cond.notify_all()
 
     def collect(self, token):
-        """The text written since the previous collect, and whether some was left out."""
+        """The text written since the previous collect, and whether some was left out.
+
+        The live view of the cell, if any, is complete and sent when this returns.
+        """
         mark = self.mark + token + b"\x1e"
         view = memoryview(mark)
         while view:
             view = view[os.write(self.w, view):]
         with self.cond:
-            if not self.cond.wait_for(lambda: token in self.done, timeout=30):
-                return "[sbx: the output of this cell could not be collected]\n", True
-            head, tail, total = self.done.pop(token)
+            got = self.cond.wait_for(lambda: token in self.done, timeout=30)
+            if got:
+                head, tail, total = self.done.pop(token)
+        self.flush_live(final=True)
+        if not got:
+            return "[sbx: the output of this cell could not be collected]\n", True
         return self.text(head, tail, total)
+
+    def live_begin(self, rid):
+        """Starts streaming what is written to the cell rid."""
+        with self.send_lock:
+            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            with self.cond:
+                self.live_id, self.live, self.live_left, self.live_dropped = rid, bytearray(), LIVE_CAP, 0
+                self.live_held = False
+
+    def streamer(self):
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: len(self.live) > 0)
+            self.flush_live(final=False)
+            time.sleep(LIVE_EVERY)
+
+    def flush_live(self, final):
+        """Sends what the live view holds; final ends the view, saying what did not fit.
+
+        A partial line at the end waits for one batch more, so that a line
+        written in pieces (print writes its end apart) mostly comes whole.
+        """
+        with self.send_lock:
+            with self.cond:
+                rid, data, dropped = self.live_id, bytes(self.live), self.live_dropped
+                self.live = bytearray()
+                cut = data.rfind(b"\n") + 1
+                if not final and cut < len(data) and not self.live_held:
+                    self.live, data, self.live_held = bytearray(data[cut:]), data[:cut], True
+                else:
+                    self.live_held = False
+                self.live_left -= len(data)
+                if final:
+                    self.live_id = None
+            if rid is None:
+                return
+            text = self.decoder.decode(data, final)
+            if final and dropped:
+                text += "\n[sbx: %d more bytes of this cell's %s were not streamed: a cell streams at most %d bytes of each]\n" % (
+                    dropped, self.name, LIVE_CAP)
+            if text:
+                self.chan.send({"type": "output", "id": rid, "stream": self.name, "text": text})
 
     @staticmethod
     def text(head, tail, total):
@@ -454,6 +539,10 @@ class Session:
         self.final = None
         self.queries = 0
         self.deferred = []  # requests read while a cell waited for an llm answer
+        self.rich = False  # the cell asked for rich representations
+        self.displays = []  # its display() calls' bundles, in order
+        self.rich_used = 0  # characters of them, against RICH_CAP
+        self.rich_cut = False
         self.ns = self.namespace()
 
     def namespace(self):
@@ -480,7 +569,17 @@ class Session:
             """
             session.final = _final_text(value)
 
-        mod.__dict__.update(peek=peek, grep=grep, chunk_indices=chunk_indices, llm_query=llm_query, FINAL=FINAL)
+        def display(*objs):
+            """Shows each object as a cell's output, as Jupyter's display() does.
+
+            Clients that read rich output get each object's representations
+            (HTML, Markdown, PNG, SVG, LaTeX, JSON: its _repr_*_ methods),
+            in order, before the cell's value; others see its repr printed.
+            """
+            session.display(objs)
+
+        mod.__dict__.update(peek=peek, grep=grep, chunk_indices=chunk_indices, llm_query=llm_query, FINAL=FINAL,
+                            display=display)
         return mod.__dict__
 
     def on_sigint(self, signum, frame):
@@ -517,44 +616,67 @@ class Session:
                 "execution_count": self.count}
 
     def execute(self, req):
-        rid, code = req.get("id"), req.get("code")
+        rid, code, env = req.get("id"), req.get("code"), req.get("env") or {}
         if not isinstance(code, str):
             self.chan.send({"type": "error", "id": rid, "message": "execute: code must be a string"})
             return
+        why = _env_problem(env)
+        if why:
+            self.chan.send({"type": "error", "id": rid, "message": "execute: env: " + why})
+            return
         began = time.monotonic()
-        self.begin(rid)
-        value, error, images, cut = None, None, [], False
-        if code.strip():
-            self.count += 1
-            ok, got = self.guarded(lambda: self.run(code, "<cell-%d>" % self.count))
-            if ok:
-                value, cut = got
-            else:
-                error = self.describe(got)
-            ok, got = self.guarded(self.figures)
-            if ok:
-                images, dropped = got
-                cut = cut or dropped
-            elif error is None:
-                error = self.describe(got)
+        self.begin(rid, bool(req.get("stream")), bool(req.get("rich")))
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        value, data, error, images, cut = None, None, None, [], False
+        try:
+            if code.strip():
+                self.count += 1
+                ok, got = self.guarded(lambda: self.run(code, "<cell-%d>" % self.count))
+                if ok:
+                    value, data, cut = got
+                else:
+                    error = self.describe(got)
+                ok, got = self.guarded(self.figures)
+                if ok:
+                    images, dropped = got
+                    cut = cut or dropped
+                elif error is None:
+                    error = self.describe(got)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         self.cell = None
         stdout, out_cut, stderr, err_cut = self.end()
         result = {"type": "result", "id": rid, "stdout": stdout, "stderr": stderr,
                   "execution_count": self.count, "duration_ms": int((time.monotonic() - began) * 1000),
-                  "truncated": cut or out_cut or err_cut}
+                  "truncated": cut or out_cut or err_cut or self.rich_cut}
         if value is not None:
             result["value"] = value
+        if data is not None:
+            result["data"] = data
         if error is not None:
             result["error"] = error
             result["truncated"] = result["truncated"] or error.pop("cut")
-        if images:
+        if self.rich:
+            if self.displays:
+                result["displays"] = self.displays
+        elif images:
             result["images"] = images
         if self.final is not None:
             result["final"] = self.final
+        self.displays, self.rich = [], False
         self.chan.send(result)
 
-    def begin(self, rid):
+    def begin(self, rid, stream, rich):
         self.cell, self.final, self.queries = rid, None, 0
+        self.rich, self.displays, self.rich_used, self.rich_cut = rich, [], 0, False
+        if stream:
+            self.out.live_begin(rid)
+            self.err.live_begin(rid)
         sys.stdout = self.out.attach()
         sys.stderr = self.err.attach()
         # A cell may have replaced the handler; the next one is interruptible again.
@@ -590,7 +712,8 @@ class Session:
             return False, e
 
     def run(self, code, filename):
-        """Runs a cell like Jupyter: the value of a last expression statement is returned as its repr (None: no value)."""
+        """Runs a cell like Jupyter: the value of a last expression statement as its repr (None: no value), its rich
+        bundle when the cell is rich (else None), and whether the repr was cut."""
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         tree = ast.parse(code, filename, "exec")
         last = None
@@ -598,12 +721,42 @@ class Session:
             last = ast.Expression(tree.body.pop().value)
         exec(compile(tree, filename, "exec"), self.ns)
         if last is None:
-            return None, False
+            return None, None, False
         value = eval(compile(last, filename, "eval"), self.ns)
         if value is None:
-            return None, False
+            return None, None, False
         self.ns["_"] = value
-        return _cap_text(repr(value), VALUE_CAP, "value")
+        text, cut = _cap_text(repr(value), VALUE_CAP, "value")
+        data = None
+        if self.rich:
+            data = self.bundle(value)
+            data["text/plain"] = text
+        return text, data, cut
+
+    def display(self, objs):
+        for obj in objs:
+            if not self.rich:
+                print(repr(obj))
+                continue
+            data = self.bundle(obj)
+            data["text/plain"], cut = _cap_text(repr(obj), VALUE_CAP, "value")
+            self.rich_cut = self.rich_cut or cut
+            self.displays.append(data)
+
+    def bundle(self, obj):
+        """obj's representations but text/plain, by MIME type, as IPython's display formatter finds them, within what
+        is left of RICH_CAP."""
+        data = {}
+        for mime, value in _representations(obj):
+            size = len(value) if isinstance(value, str) else len(json.dumps(value))
+            if self.rich_used + size > RICH_CAP:
+                print("[sbx: the %s representation of a %s was left out: the rich output of one cell is limited to "
+                      "%d characters]" % (mime, type(obj).__name__, RICH_CAP), file=sys.stderr)
+                self.rich_cut = True
+                continue
+            self.rich_used += size
+            data[mime] = value
+        return data
 
     def figures(self):
         """The matplotlib figures left open, as PNG (base64) and SVG, then closed. Never imports matplotlib itself."""
@@ -614,6 +767,9 @@ class Session:
         for num in list(plt.get_fignums()):
             fig = plt.figure(num)
             try:
+                if self.rich:
+                    self.display([fig])
+                    continue
                 png = base64.b64encode(_render(fig, "png")).decode("ascii")
                 if used + len(png) > IMAGES_CAP:
                     dropped += 1
@@ -680,6 +836,114 @@ class Session:
             self.deferred.append(msg)
 
 
+def _env_problem(env):
+    """Why env cannot be set in os.environ, or None."""
+    if not isinstance(env, dict):
+        return "must be an object of strings"
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            return "must be an object of strings"
+        if not k or "=" in k or "\x00" in k:
+            return "bad variable name %r" % k[:80]
+        if "\x00" in v:
+            return "the value of %s holds a NUL byte" % k[:80]
+    return None
+
+
+# The _repr_*_ methods IPython's display formatter calls, by the MIME type of what they return.
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+_BINARY = ("image/png", "image/jpeg", "application/pdf")
+
+
+def _repr_method(obj, name):
+    """obj's method name, as IPython looks it up: not on classes, nor on objects that make up any attribute."""
+    if isinstance(obj, type):
+        return None
+    try:
+        if getattr(obj, "_ipython_canary_method_should_not_exist_", None) is not None:
+            return None
+        method = getattr(obj, name, None)
+    except Exception:
+        return None
+    return method if callable(method) else None
+
+
+def _mime_value(mime, value):
+    """value as it goes on the wire: binary formats as base64, JSON as itself, the rest as text; None if it cannot."""
+    if isinstance(value, tuple) and value:  # (data, metadata)
+        value = value[0]
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value)
+        if mime in _BINARY:
+            return base64.b64encode(value).decode("ascii")
+        return value.decode("utf-8", "replace")
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            return None
+        return value
+    return value if isinstance(value, str) else None
+
+
+def _is_figure(obj):
+    return type(obj).__name__ == "Figure" and type(obj).__module__.startswith("matplotlib") and hasattr(obj, "savefig")
+
+
+def _representations(obj):
+    """(MIME type, data) of obj's rich representations, text/plain aside: its _repr_mimebundle_, then its _repr_*_
+    methods; a matplotlib figure as PNG and SVG. A method that fails is said on stderr and skipped."""
+    out = {}
+    method = _repr_method(obj, "_repr_mimebundle_")
+    if method is not None:
+        try:
+            got = method(include=None, exclude=None)
+            if isinstance(got, tuple) and got:
+                got = got[0]
+            if isinstance(got, dict):
+                for mime, value in got.items():
+                    if isinstance(mime, str) and mime != "text/plain":
+                        value = _mime_value(mime, value)
+                        if value is not None:
+                            out[mime] = value
+        except Exception as e:
+            print("[sbx: %s._repr_mimebundle_ failed: %s: %s]" % (type(obj).__name__, type(e).__name__, e), file=sys.stderr)
+    for mime, name in _REPR_METHODS:
+        if mime in out:
+            continue
+        method = _repr_method(obj, name)
+        if method is None:
+            continue
+        try:
+            value = _mime_value(mime, method())
+        except Exception as e:
+            print("[sbx: %s.%s failed: %s: %s]" % (type(obj).__name__, name, type(e).__name__, e), file=sys.stderr)
+            continue
+        if value is not None:
+            out[mime] = value
+    if _is_figure(obj):
+        try:
+            out.setdefault("image/png", base64.b64encode(_render(obj, "png")).decode("ascii"))
+            svg = _render(obj, "svg").decode("utf-8", "replace")
+            if len(svg) <= SVG_CAP:
+                out.setdefault("image/svg+xml", svg)
+        except Exception as e:
+            print("[sbx: a figure could not be rendered: %s: %s]" % (type(e).__name__, e), file=sys.stderr)
+    return list(out.items())
+
+
 def _strip_driver_frames(te, seen=None):
     """Leaves in te, and in the exceptions chained to it, the frames from the first cell's on, less this file's.
 
@@ -731,7 +995,7 @@ def setup():
     os.close(null)
     sys.stdin = open(os.devnull, "r")
     secret = os.urandom(8).hex().encode()
-    out, err = Capture(1, secret), Capture(2, secret)
+    out, err = Capture(1, secret, chan, "stdout"), Capture(2, secret, chan, "stderr")
     sys.stdout, sys.stderr = out.attach(), err.attach()
     sys.argv = [""]
     sys.path[0] = ""

@@ -8,13 +8,27 @@ import (
 	"maps"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 )
 
-// session is what the daemon knows of one sandbox's driver.
+// session is what the daemon knows of one session's driver.
 type session struct {
 	// turn holds one token: the call that took it drives the process.
 	turn chan struct{}
+	// tag names the driver's process (TagOf).
+	tag string
+
+	mu sync.Mutex
+	// running is proc, for Restart and Close to kill a process a running
+	// call drives (mu).
+	running string
+	// ended says why the process was killed by Restart or Close, for the
+	// call that sees it die (mu).
+	ended string
+
+	// removed says Close forgot the session (turn holder only).
+	removed bool
 	// proc is the agent's id of the driver process; "" until found or started.
 	proc string
 	// synced says out.cursor is at a response boundary the daemon knows;
@@ -23,8 +37,8 @@ type session struct {
 	out    reader
 }
 
-func newSession() *session {
-	s := &session{turn: make(chan struct{}, 1)}
+func newSession(tag string) *session {
+	s := &session{turn: make(chan struct{}, 1), tag: tag}
 	s.turn <- struct{}{}
 	return s
 }
@@ -32,7 +46,33 @@ func newSession() *session {
 // adopt makes proc the session's process, read from its log's start on.
 func (s *session) adopt(proc string, synced bool) {
 	s.proc, s.synced, s.out = proc, synced, reader{}
+	s.mu.Lock()
+	s.running = proc
+	s.mu.Unlock()
 }
+
+// end kills the session's process without waiting for the turn, so that a
+// cell running in it ends now; the call driving it learns why (takeEnded).
+func (s *session) end(ctx context.Context, a Agent, why string) {
+	s.mu.Lock()
+	proc := s.running
+	s.ended = why
+	s.mu.Unlock()
+	if proc != "" {
+		_ = a.Signal(ctx, proc, 9)
+	}
+}
+
+// takeEnded returns why end killed the process, once.
+func (s *session) takeEnded() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why := s.ended
+	s.ended = ""
+	return why
+}
+
+func (s *session) clearEnded() { s.takeEnded() }
 
 var (
 	errDeadline = errors.New("deadline passed")
@@ -69,12 +109,15 @@ const (
 	llmIgnore                  // do not answer (a stale query: the driver asks again)
 )
 
-// call is one Execute on one session, which it holds.
+// call is one Execute (or Open, Restart, Close) on one session, which it
+// holds.
 type call struct {
 	llm     LLM
 	sess    *session
 	a       Agent
 	timeout time.Duration
+	opt     Options
+	cellID  string // the id of the cell that runs, whose output goes to opt.OnOutput
 }
 
 func (c *call) execute(ctx context.Context, code string, restart bool) (Result, error) {
@@ -130,9 +173,9 @@ func (c *call) attach(ctx context.Context) (lost string, err error) {
 		c.sess.proc = "" // the agent no longer knows it: look it up by its tag
 	}
 	if c.sess.proc == "" {
-		id, ok, err := c.a.Find(ctx, Tag)
+		id, ok, err := c.a.Find(ctx, c.sess.tag)
 		if err != nil {
-			return "", fmt.Errorf("repl_execute: looking for the session's process (tag %s): %w", Tag, err)
+			return "", fmt.Errorf("repl_execute: looking for the session's process (tag %s): %w", c.sess.tag, err)
 		}
 		if !ok {
 			if had {
@@ -193,9 +236,9 @@ func (c *call) resync(ctx context.Context) error {
 // restart kills the session's driver, if there is one, and starts a new one.
 func (c *call) restart(ctx context.Context) error {
 	if c.sess.proc == "" {
-		id, ok, err := c.a.Find(ctx, Tag)
+		id, ok, err := c.a.Find(ctx, c.sess.tag)
 		if err != nil {
-			return fmt.Errorf("repl_execute: looking for the session's process (tag %s): %w", Tag, err)
+			return fmt.Errorf("repl_execute: looking for the session's process (tag %s): %w", c.sess.tag, err)
 		}
 		if ok {
 			c.sess.adopt(id, false)
@@ -222,7 +265,7 @@ func (c *call) start(ctx context.Context) error {
 	c.sess.adopt("", false)
 	env := maps.Clone(driverEnv)
 	env[driverVar] = string(driverSource)
-	id, err := c.a.Start(ctx, []string{"python3", "-u", "-c", bootstrap}, env, Tag, LogBytes)
+	id, err := c.a.Start(ctx, []string{"python3", "-u", "-c", bootstrap}, env, c.opt.Cwd, c.sess.tag, LogBytes)
 	if err != nil {
 		if notFound(err.Error()) || errors.Is(err, exec.ErrNotFound) {
 			return ErrNoPython
@@ -283,11 +326,24 @@ func (c *call) kill(ctx context.Context) {
 func (c *call) cell(ctx context.Context, code string) (Result, error) {
 	id := newID()
 	began := time.Now()
-	if err := c.send(ctx, executeRequest{Type: "execute", ID: id, Code: code}); err != nil {
+	req := executeRequest{Type: "execute", ID: id, Code: code, Env: c.opt.Env, Stream: c.opt.OnOutput != nil, Rich: c.opt.Rich}
+	if err := c.send(ctx, req); err != nil {
 		return Result{}, err
 	}
+	c.cellID = id
 	m, interrupted, err := c.wait(ctx, began.Add(c.timeout), llmAnswerIt, isReply(id))
+	c.cellID = ""
 	elapsed := time.Since(began).Milliseconds()
+	if errors.Is(err, errKilled) || errors.Is(err, errExited) {
+		if why := c.sess.takeEnded(); why != "" {
+			return Result{
+				Error:      &Error{Name: "SessionEnded", Value: why},
+				Restarted:  true,
+				DurationMS: elapsed,
+				Message:    why + " while the cell ran: all state (variables, imports) was lost",
+			}, nil
+		}
+	}
 	switch {
 	case errors.Is(err, errKilled):
 		if err := c.start(ctx); err != nil {
@@ -372,6 +428,10 @@ func (c *call) await(ctx context.Context, deadline time.Time, mode llmMode, want
 		}
 		if want(m) {
 			return m, nil
+		}
+		if m.Type == "output" && m.ID == c.cellID && c.cellID != "" && c.opt.OnOutput != nil {
+			c.opt.OnOutput(m.Stream, m.Text)
+			continue
 		}
 		if m.Type == "llm_query" && mode != llmIgnore {
 			if err := c.answer(ctx, deadline, m, mode); err != nil {

@@ -16,14 +16,17 @@ const sentinel = "\x1esbx-repl "
 
 // protocolVersion is the driver's: a driver found running that speaks
 // another (started by an older sbx) is replaced.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // Requests.
 type (
 	executeRequest struct {
-		Type string `json:"type"` // "execute"
-		ID   string `json:"id"`
-		Code string `json:"code"`
+		Type   string            `json:"type"` // "execute"
+		ID     string            `json:"id"`
+		Code   string            `json:"code"`
+		Env    map[string]string `json:"env,omitempty"`
+		Stream bool              `json:"stream,omitempty"` // send output responses while the cell runs
+		Rich   bool              `json:"rich,omitempty"`   // rich representations (data, displays)
 	}
 	pingRequest struct {
 		Type string `json:"type"` // "ping"
@@ -41,10 +44,14 @@ type (
 // message is any response; raw is its JSON, from which a result's fields
 // are decoded.
 type message struct {
-	// ready, fatal, pong, result, llm_query or error.
+	// ready, fatal, pong, result, output, llm_query or error.
 	Type string `json:"type"`
-	// ID is the request's (pong, result, error) or the cell's (llm_query).
+	// ID is the request's (pong, result, error) or the cell's (llm_query,
+	// output).
 	ID string `json:"id"`
+	// output: what the cell wrote to Stream ("stdout" or "stderr").
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
 	// llm_query: QID names the query; System is null when not given.
 	QID    string  `json:"qid"`
 	Prompt string  `json:"prompt"`
