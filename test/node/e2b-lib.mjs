@@ -11,10 +11,6 @@ import path from "node:path";
 // Failure is a check that did not hold: the runner prints its message alone.
 export class Failure extends Error {}
 
-// Skip ends a scenario whose feature the server lacks, saying which: the
-// runner prints "skip name: reason" and counts it apart.
-export class Skip extends Error {}
-
 // show renders v for a failure message, cut short.
 export function show(v) {
   let s;
@@ -145,19 +141,16 @@ export function errorName(e) {
 
 // runScenarios runs each {name, fn, timeoutMs} whose name matches filter,
 // one at a time, each with a fresh context from newCtx (whose cleanup runs
-// after it, pass or fail); prints "ok name", "FAIL name: reason" or "skip
-// name: reason" as each ends, and returns the counts {passed, failed,
-// skipped}.
+// after it, pass or fail); prints "ok name" or "FAIL name: reason" as each
+// ends, and returns the counts {passed, failed}.
 export async function runScenarios(scenarios, newCtx, filter) {
   let passed = 0;
   let failed = 0;
-  let skipped = 0;
   for (const sc of scenarios) {
     if (filter && !filter.test(sc.name)) continue;
     const ctx = newCtx(sc.name);
     let timer;
     let reason = null;
-    let skip = null;
     try {
       await Promise.race([
         sc.fn(ctx),
@@ -166,8 +159,7 @@ export async function runScenarios(scenarios, newCtx, filter) {
         }),
       ]);
     } catch (e) {
-      if (e instanceof Skip) skip = e.message;
-      else reason = e instanceof Failure ? e.message : `${e?.constructor?.name}: ${e?.message}\n${e?.stack ?? ""}`;
+      reason = e instanceof Failure ? e.message : `${e?.constructor?.name}: ${e?.message}\n${e?.stack ?? ""}`;
     } finally {
       clearTimeout(timer);
     }
@@ -176,16 +168,13 @@ export async function runScenarios(scenarios, newCtx, filter) {
     } catch (e) {
       reason = (reason ? reason + "; " : "") + `cleanup: ${show(e)}`;
     }
-    if (reason !== null) {
-      failed++;
-      console.log(`FAIL ${sc.name}: ${reason}`);
-    } else if (skip !== null) {
-      skipped++;
-      console.log(`skip ${sc.name}: ${skip}`);
-    } else {
+    if (reason === null) {
       passed++;
       console.log(`ok ${sc.name}`);
+    } else {
+      failed++;
+      console.log(`FAIL ${sc.name}: ${reason}`);
     }
   }
-  return { passed, failed, skipped };
+  return { passed, failed };
 }
