@@ -229,6 +229,10 @@ func TestEnvdPTYAndKill(t *testing.T) {
 	if end == nil || end.GetStatus() != "signal: killed" || !strings.Contains(out, "got:zz") {
 		t.Errorf("end = %v, output %q", end, out)
 	}
+	// Killed once, it is gone: E2B's SDK reads not_found as kill() false.
+	if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_SIGKILL})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("SendSignal(exited pid) = %v, want not_found", err)
+	}
 }
 
 func TestEnvdFilesystem(t *testing.T) {

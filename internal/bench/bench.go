@@ -70,6 +70,9 @@ type Options struct {
 	StreamMB int
 	// DaemonPID is the daemon's pid, for its RSS; 0 skips that figure.
 	DaemonPID int
+	// E2B, when set, is how the E2B figure (e2b.go) reaches the daemon;
+	// nil skips it.
+	E2B *E2BTarget
 	// Progress receives one line per phase; nil for none.
 	Progress io.Writer
 }
@@ -92,6 +95,11 @@ type Report struct {
 	// ColdStartNoPool is the same with the warm pool off: a sandbox built from
 	// nothing for each create.
 	ColdStartNoPool *Summary `json:"cold_start_no_pool,omitempty"`
+	// E2B is Sandbox.create → the first commands.run('true') through E2B's
+	// official JS SDK, beside the same through /v1 (e2b.go); absent when
+	// skipped, E2BUnavailable then says why.
+	E2B            *E2BResult `json:"e2b,omitempty"`
+	E2BUnavailable string     `json:"e2b_unavailable,omitempty"`
 	// Exec is one exec of `true` in a live sandbox.
 	Exec Summary `json:"exec"`
 	// Echo is one write_stdin to a terminal session running cat, answered
@@ -226,6 +234,11 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 				return rep, err
 			}
 			rep.ColdStartBackToBack = &b2b
+		}
+	}
+	if opts.E2B != nil {
+		if rep.E2B, rep.E2BUnavailable, err = E2B(ctx, api, *opts.E2B, opts); err != nil {
+			return rep, err
 		}
 	}
 
@@ -692,6 +705,9 @@ func (r Report) WriteTable(w io.Writer) {
 	if c := r.ColdStartNoPool; c != nil {
 		row("create → first exec, pool off, p50", *c, bname, bms, "")
 	}
+	if e := r.E2B; e != nil {
+		row("E2B SDK: Sandbox.create → commands.run('true'), p50", e.SDK, "the same via /v1 (Go client)", e.Peer.P50MS, "")
+	}
 	row("exec in live sandbox, p50", r.Exec, "host spawn of true", r.HostSpawn.P50MS, "")
 	if r.Echo != nil {
 		row("terminal echo (write_stdin), p50", *r.Echo, "exec in live sandbox", r.Exec.P50MS, "")
@@ -774,6 +790,9 @@ func (r Report) WriteTable(w io.Writer) {
 	}
 	if r.StreamUnavailable != "" {
 		fmt.Fprintf(w, "stream: %s\n", r.StreamUnavailable)
+	}
+	if r.E2BUnavailable != "" {
+		fmt.Fprintf(w, "E2B SDK: %s\n", r.E2BUnavailable)
 	}
 }
 

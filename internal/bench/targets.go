@@ -89,6 +89,9 @@ func (r *Report) Judge() {
 		judge("exec in a live sandbox p50", r.Exec.P50MS, "ms", spawn, r.HostSpawn.P50MS, bound{atMost: true, limit: 1.5, ratio: true}),
 		judge(fmt.Sprintf("create+exec+destroy, %d workers", r.Concurrency), r.Throughput, "/s", bwrap, r.BwrapThroughput, bound{limit: 0.5, ratio: true}),
 	)
+	if e := r.E2B; e != nil {
+		r.Targets = append(r.Targets, judge("E2B SDK create → first commands.run p50, pool full", e.SDK.P50MS, "ms", "", 0, bound{atMost: true, limit: E2BTargetMS}))
+	}
 	if r.Echo != nil {
 		r.Targets = append(r.Targets, judge("terminal echo (write_stdin) p50", r.Echo.P50MS, "ms", "exec in a live sandbox", r.Exec.P50MS, bound{atMost: true, limit: 2, ratio: true}))
 	}

@@ -29,7 +29,7 @@ import (
 )
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--stream-mb N] [--net=false] [--backend B] [--external] [--json]")
+	fs := e.flagSet("bench", "[--runs N] [--warmup N] [--concurrency N] [--cycles N] [--idle N] [--scale N] [--burst N] [--stream-mb N] [--net=false] [--e2b=false] [--e2b-sdk DIR] [--backend B] [--external] [--json]")
 	var opts bench.Options
 	fs.IntVar(&opts.Runs, "runs", 200, "samples per latency figure, after warm-up")
 	fs.IntVar(&opts.Warmup, "warmup", 20, "warm-up runs before each latency figure")
@@ -42,6 +42,8 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	backendName := fs.String("backend", "native", "SANDBOX_BACKEND of the private daemons")
 	external := fs.Bool("external", false, "measure the daemon found by SBX_URL/SBX_API_KEY (or the local data dir) instead of private ones")
 	withNet := fs.Bool("net", true, "measure the network tiers in a lab of two namespaces of the bench's own (root)")
+	withE2B := fs.Bool("e2b", true, "measure Sandbox.create → commands.run through E2B's JS SDK (node and npm package e2b)")
+	e2bSDK := fs.String("e2b-sdk", "", "directory whose node_modules holds E2B's JS SDK (default: test/node of the source tree)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return e.parseErr(fs, err, exitMisuse)
@@ -55,6 +57,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		api := &benchAPI{c: c}
+		if *withE2B {
+			opts.E2B = &bench.E2BTarget{URL: e.getenv("SBX_URL"), Key: e.getenv("SBX_API_KEY"), SDKDir: *e2bSDK}
+		}
 		rep, err = bench.Run(ctx, api, opts)
 		rep.Isolation, _ = api.level.Load().(string)
 		if err != nil {
@@ -68,7 +73,11 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 		opts.DaemonPID = d.cmd.Process.Pid
 		api := &meteredAPI{benchAPI: &benchAPI{c: d.client, cliEnv: d.cliEnv}, pid: d.cmd.Process.Pid, dir: d.dir}
+		if *withE2B {
+			opts.E2B = &bench.E2BTarget{URL: d.url, Key: d.key, SDKDir: *e2bSDK}
+		}
 		rep, err = bench.Run(ctx, api, opts)
+		opts.E2B = nil
 		rep.Isolation, _ = api.level.Load().(string)
 		d.stop()
 		if err != nil {
@@ -230,6 +239,8 @@ func (a *meteredAPI) CPU() (bench.CPUUse, error) {
 type privateDaemon struct {
 	cmd    *exec.Cmd
 	dir    string
+	url    string // its HTTP listener (in its network namespace, with one)
+	key    string // its admin key
 	client *client.Client
 	cliEnv []string // how the CLI reaches it
 	done   chan struct{}
@@ -317,6 +328,7 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize, netns string, en
 		d.stop()
 		return nil, err
 	}
+	d.url, d.key = url, strings.TrimSpace(string(key))
 	if netns != "" {
 		url = "unix:" + sock // its TCP listener is in the other namespace
 	}

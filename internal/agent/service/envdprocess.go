@@ -217,8 +217,12 @@ func (e envdProcess) SendSignal(ctx context.Context, req *connect.Request[pb.Sen
 	default:
 		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("signal %s is not supported", req.Msg.GetSignal()))
 	}
-	if _, err := p.Signal(sig); err != nil {
+	exited, err := p.Signal(sig)
+	if err != nil {
 		return nil, toConnect(err)
+	}
+	if exited { // envd forgets a process once it has exited: kill() answers false
+		return nil, toConnect(errNotFound("process with pid %d not found: it has exited", p.Pid))
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }

@@ -297,8 +297,11 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// Flush flushes through whatever wraps the connection's writer: a wrapper
+// that only unwraps (as the API's own does) still reaches its Flush. Without
+// it a Start stream's first event, alone, stayed in the server's buffer
+// until 4 KiB of output or the end followed (a quiet background command
+// never reached the SDK's start).
 func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	http.NewResponseController(s.ResponseWriter).Flush()
 }
