@@ -128,6 +128,9 @@ func (h *Handler) Match(r *http.Request) bool {
 		return true
 	}
 	p := r.URL.Path
+	if p == "/files" && r.URL.Query().Has("signature") {
+		return true // a signed URL (uploadUrl, downloadUrl) without its sandbox
+	}
 	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") ||
 		p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/")
 }
@@ -144,6 +147,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if sid, port, ok := h.parseHost(r.Host); ok {
 		h.serveData(w, r, sid, port)
+		return
+	}
+	if r.URL.Path == "/files" {
+		writeJSON(w, http.StatusBadRequest, apiError{Code: http.StatusBadRequest, Message: "a signed /files URL names no sandbox on a " +
+			"shared E2B_SANDBOX_URL: send the E2b-Sandbox-Id header with it, or reach the sandbox by host (49983-<id>.<domain>)"})
 		return
 	}
 	h.serveControl(w, r)

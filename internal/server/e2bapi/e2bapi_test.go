@@ -328,6 +328,9 @@ func TestDataPlane(t *testing.T) {
 	if resp, b := e.do("GET", signed, "", route...); resp.StatusCode != http.StatusOK || string(b) != "hello" {
 		t.Errorf("signed download = %d %q", resp.StatusCode, b)
 	}
+	// The same URL without its sandbox (a shared E2B_SANDBOX_URL) says what is missing.
+	resp, b = e.do("GET", signed, "")
+	wantError(t, resp, b, http.StatusBadRequest, "E2b-Sandbox-Id")
 	for _, bad := range []string{
 		"/files?path=/workspace/a.txt&signature=" + url.QueryEscape(sign("/workspace/a.txt", "read", past)) + "&signature_expiration=" + past,
 		"/files?path=/workspace/b.txt&signature=" + url.QueryEscape(sign("/workspace/a.txt", "read", future)) + "&signature_expiration=" + future,
