@@ -536,7 +536,8 @@ var ciFormats = map[string]string{
 }
 
 // resultLine is a bundle as a result line. As upstream, a text that is a
-// quoted string's repr loses its quotes.
+// string's repr in single quotes loses them (a repr in double quotes, as of
+// "it's", keeps its own).
 func resultLine(b repl.Bundle, main bool) map[string]any {
 	line := map[string]any{"type": "result", "is_main_result": main}
 	extra := map[string]json.RawMessage{}
@@ -550,7 +551,7 @@ func resultLine(b repl.Bundle, main bool) map[string]any {
 	if raw, ok := b["text/plain"]; ok {
 		var text string
 		if json.Unmarshal(raw, &text) == nil && len(text) >= 2 &&
-			(text[0] == '\'' && text[len(text)-1] == '\'' || text[0] == '"' && text[len(text)-1] == '"') {
+			text[0] == '\'' && text[len(text)-1] == '\'' {
 			line["text"] = text[1 : len(text)-1]
 		}
 	}
