@@ -313,7 +313,6 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	// Through the wrappers below (httpapi's), which flush by Unwrap only.
+	http.NewResponseController(s.ResponseWriter).Flush()
 }
