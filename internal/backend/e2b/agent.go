@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -178,7 +179,10 @@ func (r *remote) writeStdin(ctx context.Context, p *proc, data []byte, eof bool)
 	}
 	if eof && !p.pty {
 		_, err := r.proc.CloseStdin(ctx, connect.NewRequest(&ppb.CloseStdinRequest{Process: pidSelector(p.pid)}))
-		if err != nil {
+		// The agent writes and closes in one step; here the process may
+		// read what was written and exit before the close: its stdin is
+		// closed then all the same.
+		if c := connect.CodeOf(err); err != nil && c != connect.CodeNotFound && !(c == connect.CodeInternal && strings.Contains(err.Error(), "closed")) {
 			return stdinErr(r, p, err)
 		}
 		p.stdinClosed = true
