@@ -17,6 +17,7 @@ import (
 
 	ppb "sbx.dev/sbx/api/agent/process"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/logkey"
 )
 
 // agentService serves sbxagent.Agent for the sandbox a request's connection
@@ -153,7 +154,7 @@ func (r *remote) feed(p *proc, data []byte, eof bool) {
 		}
 	}()
 	if err := r.writeStdin(ctx, p, data, eof); err != nil && p.resultOrNil() == nil && ctx.Err() == nil {
-		r.d.log.Debug("writing a process's stdin", "sandbox_id", r.id, "process_id", p.id, "err", err)
+		r.d.log.Debug("writing a process's stdin", logkey.SandboxID, r.id, logkey.Process, p.id, logkey.Err, err)
 	}
 }
 

@@ -224,6 +224,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*backend.Instanc
 	if err := r.health(ctx); err != nil {
 		r.release(time.Second)
 		d.cleanup(ctx, spec.ID, sb.SandboxID)
+		if ctx.Err() != nil {
+			return fail(context.Cause(ctx))
+		}
 		return fail(fmt.Errorf("%w: the remote sandbox %s started but its envd does not serve: %v", sandbox.ErrUnavailable, sb.SandboxID, err))
 	}
 	d.mu.Lock()
@@ -275,9 +278,11 @@ func (d *Driver) create(ctx context.Context, id sandbox.ID, body newSandboxBody)
 		err error
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout+cleanupTimeout)
+	stop := context.AfterFunc(d.ctx, cancel) // the driver's Close: what it made is reaped at the next start
 	done := make(chan answer, 1)
 	d.wg.Go(func() {
 		defer cancel()
+		defer stop()
 		sb, err := d.api.create(cctx, body)
 		done <- answer{sb, err}
 	})

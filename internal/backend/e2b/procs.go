@@ -25,6 +25,7 @@ import (
 
 	ppb "sbx.dev/sbx/api/agent/process"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/sandbox"
 )
 
@@ -416,7 +417,7 @@ func (r *remote) read(p *proc, ev events) bool {
 		e, ok := ev.next()
 		if !ok {
 			if err := ev.err(); err != nil && r.ctx.Err() == nil {
-				r.d.log.Debug("a process's remote stream broke", "sandbox_id", r.id, "process_id", p.id, "err", err)
+				r.d.log.Debug("a process's remote stream broke", logkey.SandboxID, r.id, logkey.Process, p.id, logkey.Err, err)
 			}
 			return false
 		}
@@ -464,7 +465,7 @@ func (r *remote) reattach(p *proc) (*events, string) {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			return nil, reasonLost
 		}
-		r.d.log.Debug("reattaching to a process", "sandbox_id", r.id, "process_id", p.id, "try", i+1, "err", err)
+		r.d.log.Debug("reattaching to a process", logkey.SandboxID, r.id, logkey.Process, p.id, "try", i+1, logkey.Err, err)
 	}
 	return nil, reasonLost
 }
@@ -544,6 +545,6 @@ func (r *remote) expire(p *proc) {
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	defer cancel()
 	if err := r.signal(ctx, p.pid, syscall.SIGKILL); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
-		r.d.log.Warn("killing a process past its timeout", "sandbox_id", r.id, "process_id", p.id, "err", err)
+		r.d.log.Warn("killing a process past its timeout", logkey.SandboxID, r.id, logkey.Process, p.id, logkey.Err, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
 	"sbx.dev/sbx/api/agent/process/processconnect"
+	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/sandbox"
 )
 
@@ -123,7 +124,7 @@ func (r *remote) release(wait time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		r.d.log.Warn("the adapter's goroutines of a sandbox did not end in time", "sandbox_id", r.id, "waited", wait)
+		r.d.log.Warn("the adapter's goroutines of a sandbox did not end in time", logkey.SandboxID, r.id, "waited", wait)
 	}
 }
 
