@@ -206,7 +206,8 @@ type E2BRemote struct {
 	// URL is the control plane's base, e.g. https://api.e2b.app.
 	URL string
 	// SandboxURL is the base of every sandbox's envd, reached with E2B's
-	// routing headers; empty means URL.
+	// routing headers; empty derives it as E2B's SDK does (the domain the
+	// create answers, else URL).
 	SandboxURL string
 	// APIKey is sent as X-API-Key; it is never logged.
 	APIKey string

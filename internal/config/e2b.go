@@ -18,9 +18,11 @@ type E2B struct {
 	// another sbx's http://host:port. Env SBX_E2B_URL.
 	URL string `toml:"url"`
 	// SandboxURL is the base every sandbox's envd is reached at, with E2B's
-	// routing headers (E2b-Sandbox-Id, E2b-Sandbox-Port): https://sandbox.e2b.app
-	// for E2B; empty (the default) means URL, as another sbx serves both.
-	// Env SBX_E2B_SANDBOX_URL.
+	// routing headers (E2b-Sandbox-Id, E2b-Sandbox-Port). Empty (the
+	// default) derives it as E2B's SDK does: https://sandbox.<domain> for the
+	// domain a create answers when it is E2B's own (e2b.app...),
+	// https://49983-<id>.<domain> for another, and URL when it answers none
+	// (another sbx serves both). Env SBX_E2B_SANDBOX_URL.
 	SandboxURL string `toml:"sandbox_url"`
 	// APIKeyFile holds the API key (read at start; never logged). Env
 	// SBX_E2B_API_KEY_FILE; SBX_E2B_API_KEY gives the key itself.

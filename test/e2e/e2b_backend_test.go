@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -252,6 +253,44 @@ func TestE2BBackend(t *testing.T) {
 		}
 	})
 
+	t.Run("E2BSurface", func(t *testing.T) {
+		front.t = t
+		// The front's own E2B API, over the e2b backend: envd's routes pass
+		// through the adapter to the remote.
+		e2b := func(method, path string, h map[string]string, body []byte) (int, []byte) {
+			req, _ := http.NewRequest(method, front.url+path, bytes.NewReader(body))
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			resp, err := front.client().Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		st, b := e2b("POST", "/v2/sandboxes", map[string]string{"X-API-Key": front.key, "Content-Type": "application/json"}, []byte(`{"templateID":"base"}`))
+		var created struct {
+			SandboxID       string `json:"sandboxID"`
+			EnvdAccessToken string `json:"envdAccessToken"`
+		}
+		if json.Unmarshal(b, &created); st != 201 || created.SandboxID == "" {
+			t.Fatalf("POST /v2/sandboxes = %d %s", st, b)
+		}
+		msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo via-envd; exit 6"]},"stdin":false}`)
+		env := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))) // a Connect envelope
+		env = append(env, msg...)
+		envd := map[string]string{"E2b-Sandbox-Id": created.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": created.EnvdAccessToken,
+			"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+		st, b = e2b("POST", "/process.Process/Start", envd, env)
+		if st != 200 || !bytes.Contains(b, []byte(`"stdout":"dmlhLWVudmQK"`)) || !bytes.Contains(b, []byte(`"exitCode":6`)) {
+			t.Errorf("process.Process/Start through the front = %d %q, want via-envd and exit 6", st, b)
+		}
+		if st, b := e2b("DELETE", "/sandboxes/"+created.SandboxID, map[string]string{"X-API-Key": front.key}, nil); st != 204 {
+			t.Errorf("DELETE /sandboxes = %d %s", st, b)
+		}
+	})
 	front.t = t // back from the subtests
 
 	if st, b := front.api("DELETE", "/v1/sandboxes/"+id, nil); st != 204 {

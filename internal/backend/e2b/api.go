@@ -103,6 +103,9 @@ type sandboxBody struct {
 	EnvdAccessToken string            `json:"envdAccessToken"`
 	Metadata        map[string]string `json:"metadata"`
 	State           string            `json:"state"`
+	// Domain, when set, is where E2B's SDK reaches the sandbox's envd
+	// without E2B_SANDBOX_URL (envdBase).
+	Domain *string `json:"domain"`
 }
 
 // do sends one request (body as JSON when not nil) and decodes a 2xx

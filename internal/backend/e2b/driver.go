@@ -57,7 +57,7 @@ const cleanupTimeout = 30 * time.Second
 type Driver struct {
 	instance    string
 	api         *api
-	sandboxURL  string // no trailing slash
+	sandboxURL  string // configured (e2b.sandbox_url), no trailing slash; "" derives it (envdBase)
 	template    string
 	outputLimit int64
 	log         *slog.Logger
@@ -81,6 +81,27 @@ type Driver struct {
 type saved struct {
 	RemoteID    string `json:"remote_id"`
 	AccessToken string `json:"access_token,omitempty"`
+	EnvdURL     string `json:"envd_url,omitempty"`
+}
+
+// e2bDomains are the domains whose sandboxes E2B's proxy reaches at
+// sandbox.<domain> with the routing headers (E2B-CONTRACT.md §2).
+var e2bDomains = []string{"e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev"}
+
+// envdBase is where remote sandbox rid's envd is reached, as E2B's SDK
+// finds it: e2b.sandbox_url when set; else from the domain the create
+// answered (sandbox.<domain> for E2B's own, <port>-<id>.<domain> for
+// others); else the control plane's URL (another sbx serves both).
+func (d *Driver) envdBase(rid string, domain *string) string {
+	switch {
+	case d.sandboxURL != "":
+		return d.sandboxURL
+	case domain == nil || *domain == "":
+		return d.api.base
+	case slices.Contains(e2bDomains, *domain):
+		return "https://sandbox." + *domain
+	}
+	return "https://" + envdPort + "-" + rid + "." + *domain
 }
 
 // Open is the backend.Opener of the e2b driver.
@@ -103,10 +124,6 @@ func open(opts backend.Options) *Driver {
 		ResponseHeaderTimeout: 60 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	sandboxURL := opts.E2B.SandboxURL
-	if sandboxURL == "" {
-		sandboxURL = opts.E2B.URL
-	}
 	template := opts.E2B.Template
 	if template == "" {
 		template = "base"
@@ -115,7 +132,7 @@ func open(opts backend.Options) *Driver {
 	d := &Driver{
 		instance:    opts.Instance,
 		api:         &api{base: strings.TrimRight(opts.E2B.URL, "/"), key: opts.E2B.APIKey, hc: &http.Client{Transport: tr}},
-		sandboxURL:  strings.TrimRight(sandboxURL, "/"),
+		sandboxURL:  strings.TrimRight(opts.E2B.SandboxURL, "/"),
 		template:    template,
 		outputLimit: opts.OutputLimitBytes,
 		log:         log.With(logkey.Component, Name),
@@ -220,7 +237,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*backend.Instanc
 	if err != nil {
 		return fail(err)
 	}
-	r := d.newRemote(spec.ID, sb.SandboxID, sb.EnvdAccessToken)
+	r := d.newRemote(spec.ID, sb.SandboxID, sb.EnvdAccessToken, d.envdBase(sb.SandboxID, sb.Domain))
 	if err := r.health(ctx); err != nil {
 		r.release(time.Second)
 		d.cleanup(ctx, spec.ID, sb.SandboxID)
@@ -364,7 +381,7 @@ func (d *Driver) ours(sb sandboxBody, id sandbox.ID) bool {
 
 // instanceOf is the backend.Instance of r.
 func (d *Driver) instanceOf(r *remote) *backend.Instance {
-	sv, _ := json.Marshal(saved{RemoteID: r.rid, AccessToken: r.token})
+	sv, _ := json.Marshal(saved{RemoteID: r.rid, AccessToken: r.token, EnvdURL: r.base})
 	return &backend.Instance{ID: r.id, Applied: isolation(), Saved: sv, Serving: true,
 		Dial: func(ctx context.Context) (net.Conn, error) { return d.dial(ctx, r) }}
 }
@@ -515,7 +532,11 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, sv []byte) (*backen
 		d.mu.Unlock()
 		return d.instanceOf(old), nil
 	}
-	r := d.newRemote(id, s.RemoteID, token)
+	base := s.EnvdURL
+	if d.sandboxURL != "" || base == "" {
+		base = d.envdBase(s.RemoteID, sb.Domain)
+	}
+	r := d.newRemote(id, s.RemoteID, token, base)
 	d.remotes[id] = r
 	d.mu.Unlock()
 	r.adopt(ctx)

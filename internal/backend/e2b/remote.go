@@ -39,6 +39,7 @@ type remote struct {
 	id    sandbox.ID
 	rid   string // the remote's own id
 	token string // envdAccessToken; never logged
+	base  string // where its envd is reached, no trailing slash
 	d     *Driver
 
 	proc processconnect.ProcessClient
@@ -63,14 +64,14 @@ type remote struct {
 	exit     sandbox.Exit // set before gone closes
 }
 
-func (d *Driver) newRemote(id sandbox.ID, rid, token string) *remote {
+func (d *Driver) newRemote(id sandbox.ID, rid, token, base string) *remote {
 	ctx, cancel := context.WithCancel(d.ctx)
-	r := &remote{id: id, rid: rid, token: token, d: d, ctx: ctx, cancel: cancel,
+	r := &remote{id: id, rid: rid, token: token, base: base, d: d, ctx: ctx, cancel: cancel,
 		table: newTable(), conns: map[*serverConn]struct{}{}, gone: make(chan struct{})}
 	r.hc = &http.Client{Transport: &envdTransport{base: d.tr, r: r}}
 	opts := []connect.ClientOption{connect.WithProtoJSON(), connect.WithReadMaxBytes(maxRequestBytes)}
-	r.proc = processconnect.NewProcessClient(r.hc, d.sandboxURL, opts...)
-	r.fs = filesystemconnect.NewFilesystemClient(r.hc, d.sandboxURL, opts...)
+	r.proc = processconnect.NewProcessClient(r.hc, base, opts...)
+	r.fs = filesystemconnect.NewFilesystemClient(r.hc, base, opts...)
 	return r
 }
 
@@ -167,7 +168,7 @@ func (r *remote) setHeaders(h http.Header) {
 
 // envdURL is the URL of an envd route of the remote.
 func (r *remote) envdURL(path string, q url.Values) string {
-	u := r.d.sandboxURL + path
+	u := r.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -181,9 +182,9 @@ func forward(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "no sandbox", http.StatusInternalServerError)
 		return
 	}
-	base, err := url.Parse(r.d.sandboxURL)
+	base, err := url.Parse(r.base)
 	if err != nil {
-		writeHTTPError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s: e2b.sandbox_url: %v", r.id, err))
+		writeHTTPError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s: its envd's URL %q: %v", r.id, r.base, err))
 		return
 	}
 	rp := &httputil.ReverseProxy{

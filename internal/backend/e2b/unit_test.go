@@ -249,3 +249,24 @@ func TestApplied(t *testing.T) {
 		t.Errorf("level = %q, want the gap in its name", iso.Level)
 	}
 }
+
+func TestEnvdBase(t *testing.T) {
+	str := func(s string) *string { return &s }
+	d := &Driver{api: &api{base: "http://127.0.0.1:7070"}}
+	for _, tc := range []struct {
+		configured string
+		domain     *string
+		want       string
+	}{
+		{"", nil, "http://127.0.0.1:7070"},
+		{"", str(""), "http://127.0.0.1:7070"},
+		{"", str("e2b.app"), "https://sandbox.e2b.app"},
+		{"", str("example.com"), "https://49983-rid.example.com"},
+		{"https://envd.example", str("e2b.app"), "https://envd.example"},
+	} {
+		d.sandboxURL = tc.configured
+		if got := d.envdBase("rid", tc.domain); got != tc.want {
+			t.Errorf("envdBase(sandbox_url %q, domain %v) = %q, want %q", tc.configured, tc.domain, got, tc.want)
+		}
+	}
+}
