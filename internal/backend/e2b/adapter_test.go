@@ -269,6 +269,12 @@ func TestAdapter(t *testing.T) {
 		if err != nil || !strings.Contains(string(res.Stdout), "24 100") || !strings.Contains(string(res.Stdout), "tty") {
 			t.Errorf("Exec(pty) = %+v, %v, want the terminal's size and a tty", res, err)
 		}
+		req = sh("read l; echo got:$l")
+		req.Pty, req.Stdin = &sandbox.PtySize{Rows: 24, Cols: 80}, []byte("typed\n")
+		res, err = cl.Exec(ctx, req, false, nil)
+		if err != nil || !strings.Contains(string(res.Stdout), "got:typed") {
+			t.Errorf("Exec(pty, stdin) = %+v, %v, want the input typed into the terminal", res, err)
+		}
 		req = sh("sleep 1000")
 		req.Background = true
 		var id string

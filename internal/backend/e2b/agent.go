@@ -90,7 +90,7 @@ func (agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecReques
 	if limit <= 0 {
 		limit = r.d.outputLimit
 	}
-	p := &proc{id: newProcID(), argv: argv, cwd: m.GetCwd(), tag: m.GetTag(), envs: m.GetEnv(), pty: m.GetPty() != nil,
+	p := &proc{id: newProcID(), argv: argv, cwd: m.GetCwd(), tag: m.GetTag(), pty: m.GetPty() != nil,
 		timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, r: r, done: make(chan struct{}),
 		out: [2]*capture{newCapture(limit), newCapture(limit)}}
 	if n := m.GetOutputLogBytes(); n > 0 {
@@ -118,8 +118,11 @@ func (agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecReques
 	default:
 		s = p.subscribe(false, false)
 	}
-	if p.stdin && (len(m.GetStdin()) > 0 || !m.GetKeepStdinOpen()) {
-		// Written once it started, whether or not this call is still there.
+	// Written once it started, whether or not this call is still there.
+	switch {
+	case p.pty:
+		p.feed = m.GetStdin() // a terminal stays open
+	case p.stdin:
 		p.feed, p.feedEOF = m.GetStdin(), !m.GetKeepStdinOpen()
 	}
 	started := make(chan error, 1)

@@ -559,8 +559,9 @@ func (r *remote) adopt(ctx context.Context) {
 		}
 		cfg := info.GetConfig()
 		p := &proc{id: tag, pid: info.GetPid(), argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), cwd: cfg.GetCwd(),
-			envs: cfg.GetEnvs(), startedAt: time.Now(), r: r, done: make(chan struct{}),
-			out: [2]*capture{newCapture(r.d.outputLimit), newCapture(r.d.outputLimit)}}
+			startedAt: time.Now(), r: r, done: make(chan struct{}),
+			out:   [2]*capture{newCapture(r.d.outputLimit), newCapture(r.d.outputLimit)},
+			stdin: true} // whether it is still open, the remote says
 		r.table.add(p)
 		r.wg.Go(func() {
 			st, err := r.proc.Connect(r.ctx, connect.NewRequest(&ppb.ConnectRequest{Process: pidSelector(p.pid)}))

@@ -115,7 +115,6 @@ type proc struct {
 	argv      []string
 	cwd, tag  string
 	pty       bool
-	envs      map[string]string
 	startedAt time.Time
 	timeout   time.Duration // 0: none
 	stdin     bool          // started with a stdin pipe
