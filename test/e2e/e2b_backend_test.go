@@ -224,6 +224,24 @@ func TestE2BBackend(t *testing.T) {
 		}
 	})
 
+	t.Run("Tools", func(t *testing.T) {
+		front.t = t
+		// sandbox_bash reports the files a command wrote (Changed, over
+		// find in the sandbox); read_file pages by line (ReadLines).
+		st, b := front.api("POST", "/v1/sandboxes/"+id+"/tools/sandbox_bash", map[string]any{"command": "printf 'l1\\nl2\\n' > /workspace/tool.txt && echo done"})
+		if st != 200 || !strings.Contains(string(b), `"/workspace/tool.txt"`) || !strings.Contains(string(b), `done\n`) {
+			t.Errorf("sandbox_bash = %d %s, want its output and the file it wrote", st, b)
+		}
+		st, b = front.api("POST", "/v1/sandboxes/"+id+"/tools/read_file", map[string]any{"file_path": "/workspace/tool.txt"})
+		if st != 200 || !strings.Contains(string(b), "l2") {
+			t.Errorf("read_file = %d %s, want the file's lines", st, b)
+		}
+		st, b = front.api("POST", "/v1/sandboxes/"+id+"/tools/glob", map[string]any{"pattern": "*.txt"})
+		if st != 501 || !strings.Contains(string(b), "e2b backend") {
+			t.Errorf("glob = %d %s, want 501 naming the backend", st, b)
+		}
+	})
+
 	t.Run("Restart", func(t *testing.T) {
 		front.t = t
 		st, b := front.api("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"command": "sleep 1000", "background": true, "timeout": 600})

@@ -338,6 +338,54 @@ func TestAdapter(t *testing.T) {
 		}
 	})
 
+	t.Run("ReadLines", func(t *testing.T) {
+		if _, err := cl.WriteFile(ctx, "/tmp/lines.txt", []byte("one\r\ntwo\nthree is long\n\xff\nlast"), 0, false); err != nil {
+			t.Fatal(err)
+		}
+		l, err := cl.ReadLines(ctx, "/tmp/lines.txt", 1, 2, 5)
+		if err != nil || strings.Join(l.Lines, "|") != "two|three" || l.FirstLine != 2 || l.EOF || l.TotalLines != -1 || l.CutLines != 1 {
+			t.Errorf("ReadLines(offset 1, limit 2, 5 chars) = %+v, %v", l, err)
+		}
+		l, err = cl.ReadLines(ctx, "/tmp/lines.txt", 0, 0, 0)
+		if err != nil || strings.Join(l.Lines, "|") != "one|two|three is long|\uFFFD|last" || !l.EOF || l.TotalLines != 5 {
+			t.Errorf("ReadLines(all) = %+v, %v", l, err)
+		}
+		cl.WriteFile(ctx, "/tmp/bin.dat", []byte("a\x00b\n"), 0, false)
+		if _, err := cl.ReadLines(ctx, "/tmp/bin.dat", 0, 0, 0); !errors.Is(err, sandbox.ErrWrongState) || !strings.Contains(err.Error(), "binary") {
+			t.Errorf("ReadLines(binary) = %v, want ErrWrongState (a binary file)", err)
+		}
+		if _, err := cl.ReadLines(ctx, "/tmp/no-such", 0, 0, 0); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("ReadLines(missing) = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("Changed", func(t *testing.T) {
+		if res, err := cl.Exec(ctx, sh("mkdir -p /tmp/ch/d && echo 0 > /tmp/ch/before && ln -s before /tmp/ch/link"), false, nil); err != nil || res.ExitCode != 0 {
+			t.Fatalf("setup = %+v, %v", res, err)
+		}
+		time.Sleep(50 * time.Millisecond) // file times are the kernel's coarse clock: keep "before" before
+		since := time.Now().Add(-20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		if res, err := cl.Exec(ctx, sh("echo x > /tmp/ch/a; echo y > /tmp/ch/d/b; touch -d 2000-01-01 /tmp/ch/d/b; mkdir /tmp/ch/e"), false, nil); err != nil || res.ExitCode != 0 {
+			t.Fatalf("writing = %+v, %v", res, err)
+		}
+		// d/b's mtime is old, its ctime new: listed, as the agent lists it.
+		paths, more, err := cl.Changed(ctx, "/tmp/ch", since, 0)
+		if err != nil || strings.Join(paths, " ") != "/tmp/ch/a /tmp/ch/d/b" || more {
+			t.Errorf("Changed = %v, %v, %v, want a and d/b", paths, more, err)
+		}
+		paths, more, err = cl.Changed(ctx, "/tmp/ch", since, 1)
+		if err != nil || strings.Join(paths, " ") != "/tmp/ch/a" || !more {
+			t.Errorf("Changed(limit 1) = %v, %v, %v, want a, truncated", paths, more, err)
+		}
+		if _, _, err := cl.Changed(ctx, "/tmp/ch/a", since, 0); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("Changed(a file) = %v, want ErrInvalid", err)
+		}
+		if _, _, err := cl.Changed(ctx, "/tmp/no-such-dir", since, 0); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Changed(missing) = %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("Unimplemented", func(t *testing.T) {
 		if _, _, err := cl.Glob(ctx, "*", "/tmp", 10); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Glob") ||
 			!strings.Contains(err.Error(), "e2b backend") {

@@ -1,7 +1,8 @@
 // This file implements sbxagent.Agent over the remote's envd: health, exec
 // and the process calls over the adapter's process table (procs.go); the
-// file calls are in files.go. What envd offers no way to do exactly is
-// answered unimplemented, naming the method and the backend.
+// file calls are in files.go, ReadLines and Changed in tools.go. What envd
+// offers no way to do exactly is answered unimplemented, naming the method
+// and the backend.
 
 package e2b
 
@@ -506,14 +507,6 @@ func (agentService) Glob(context.Context, *connect.Request[pb.GlobRequest]) (*co
 
 func (agentService) Grep(context.Context, *connect.Request[pb.GrepRequest]) (*connect.Response[pb.GrepResponse], error) {
 	return nil, unimplemented("Grep")
-}
-
-func (agentService) Changed(context.Context, *connect.Request[pb.ChangedRequest]) (*connect.Response[pb.ChangedResponse], error) {
-	return nil, unimplemented("Changed")
-}
-
-func (agentService) ReadLines(context.Context, *connect.Request[pb.ReadLinesRequest]) (*connect.Response[pb.ReadLinesResponse], error) {
-	return nil, unimplemented("ReadLines")
 }
 
 func (agentService) EditFile(context.Context, *connect.Request[pb.EditFileRequest]) (*connect.Response[pb.EditFileResponse], error) {

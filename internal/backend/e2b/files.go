@@ -333,6 +333,39 @@ func archive(w http.ResponseWriter, req *http.Request) {
 // run runs argv on the remote to its end, with stdin when not nil, and
 // fails unless it exits 0, with what it wrote to stderr.
 func (r *remote) run(ctx context.Context, argv []string, stdin []byte) error {
+	out, err := r.command(ctx, argv, stdin, 0)
+	if err == nil && !out.ok() {
+		err = out.failure(r, argv[0])
+	}
+	return err
+}
+
+// commandOut is what a helper command left: its stdout (up to the cap
+// asked for), the head of its stderr, and its end.
+type commandOut struct {
+	stdout, stderr []byte
+	overflow       bool // stdout went past the cap
+	end            *ppb.ProcessEvent_EndEvent
+}
+
+func (o commandOut) ok() bool { return o.exitCode() == 0 }
+
+// exitCode is the command's exit status; -1 when a signal ended it.
+func (o commandOut) exitCode() int32 {
+	if strings.HasPrefix(o.end.GetStatus(), "signal: ") {
+		return -1
+	}
+	return o.end.GetExitCode()
+}
+
+func (o commandOut) failure(r *remote, name string) error {
+	return connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %s on the remote: %s: %s", r.id, name, o.end.GetStatus(),
+		strings.TrimSpace(truncate(string(o.stderr), 1000))))
+}
+
+// command runs argv on the remote to its end (commandTimeout at most),
+// with stdin when not nil, keeping up to maxOut bytes of its stdout.
+func (r *remote) command(ctx context.Context, argv []string, stdin []byte, maxOut int) (commandOut, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, commandTimeout)
@@ -343,21 +376,21 @@ func (r *remote) run(ctx context.Context, argv []string, stdin []byte) error {
 	st, err := r.proc.Start(ctx, connect.NewRequest(&ppb.StartRequest{
 		Process: &ppb.ProcessConfig{Cmd: argv[0], Args: argv[1:]}, Stdin: &withStdin}))
 	if err != nil {
-		return r.remoteErr(err)
+		return commandOut{}, r.remoteErr(err)
 	}
 	ev := startEvents(st)
 	defer ev.close()
 	pid, err := awaitStart(ev)
 	if err != nil {
-		return r.remoteErr(err)
+		return commandOut{}, r.remoteErr(err)
 	}
 	if withStdin {
 		p := &proc{pid: pid, stdin: true, done: make(chan struct{})}
 		if err := r.writeStdin(ctx, p, stdin, true); err != nil {
-			return err
+			return commandOut{}, err
 		}
 	}
-	var errOut []byte
+	var out commandOut
 	for {
 		e, ok := ev.next()
 		if !ok {
@@ -365,17 +398,24 @@ func (r *remote) run(ctx context.Context, argv []string, stdin []byte) error {
 			if err == nil {
 				err = errors.New("the stream ended without the command's end")
 			}
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s: running %s on the remote: %v", r.id, argv[0], err))
+			return commandOut{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s: running %s on the remote: %v", r.id, argv[0], err))
 		}
-		if d := e.GetData(); d != nil && len(errOut) < 4096 {
-			errOut = append(errOut, d.GetStderr()...)
+		if d := e.GetData(); d != nil {
+			if len(out.stderr) < 4096 {
+				out.stderr = append(out.stderr, d.GetStderr()...)
+			}
+			if b := d.GetStdout(); len(b) > 0 {
+				if room := maxOut - len(out.stdout); room >= len(b) {
+					out.stdout = append(out.stdout, b...)
+				} else {
+					out.stdout = append(out.stdout, b[:max(room, 0)]...)
+					out.overflow = true
+				}
+			}
 		}
 		if end := e.GetEnd(); end != nil {
-			if end.GetExitCode() == 0 && !strings.HasPrefix(end.GetStatus(), "signal: ") {
-				return nil
-			}
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %s on the remote: %s: %s", r.id, argv[0], end.GetStatus(),
-				strings.TrimSpace(truncate(string(errOut), 1000))))
+			out.end = end
+			return out, nil
 		}
 	}
 }

@@ -55,6 +55,10 @@ type remote struct {
 
 	table *table
 
+	findMu    sync.Mutex
+	findKnown bool  // guarded by findMu: gnuFind looked
+	findErr   error // guarded by findMu: what it found
+
 	mu     sync.Mutex
 	conns  map[*serverConn]struct{} // guarded by mu: the adapter's open connections
 	closed bool                     // guarded by mu: Dial refuses

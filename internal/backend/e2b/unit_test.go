@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -268,5 +269,47 @@ func TestEnvdBase(t *testing.T) {
 		if got := d.envdBase("rid", tc.domain); got != tc.want {
 			t.Errorf("envdBase(sandbox_url %q, domain %v) = %q, want %q", tc.configured, tc.domain, got, tc.want)
 		}
+	}
+}
+
+func TestReadLines(t *testing.T) {
+	long := strings.Repeat("é", 10)
+	for _, tc := range []struct {
+		name          string
+		text          string
+		offset, limit int64
+		chars         int
+		lines         string
+		eof           bool
+		total, cut    int64
+		binary        bool
+	}{
+		{name: "all", text: "a\nb\r\nc", limit: 10, chars: 100, lines: "a|b|c", eof: true, total: 3},
+		{name: "trailing newline", text: "a\nb\n", limit: 10, chars: 100, lines: "a|b", eof: true, total: 2},
+		{name: "page", text: "a\nb\nc\nd\n", offset: 1, limit: 2, chars: 100, lines: "b|c", total: -1},
+		{name: "page to the end", text: "a\nb\nc\n", offset: 1, limit: 2, chars: 100, lines: "b|c", eof: true, total: 3},
+		{name: "past the end", text: "a\n", offset: 5, limit: 2, chars: 100, lines: "", eof: true, total: 1},
+		{name: "cut at a rune", text: long + "\n", limit: 10, chars: 3, lines: "ééé", eof: true, total: 1, cut: 1},
+		{name: "invalid utf-8", text: "a\xffb\n", limit: 10, chars: 100, lines: "a\uFFFDb", eof: true, total: 1},
+		{name: "empty", text: "", limit: 10, chars: 100, lines: "", eof: true, total: 0},
+		{name: "binary", text: "a\x00b", limit: 10, chars: 100, binary: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := readLines(bufio.NewReader(strings.NewReader(tc.text)), tc.offset, tc.limit, tc.chars)
+			if tc.binary {
+				if !errors.Is(err, errBinary) {
+					t.Errorf("readLines = %v, want errBinary", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(out.Lines, "|"); got != tc.lines || out.Eof != tc.eof || out.TotalLines != tc.total ||
+				out.CutLines != tc.cut || out.FirstLine != tc.offset+1 {
+				t.Errorf("readLines = %q eof %v total %d cut %d first %d, want %q eof %v total %d cut %d",
+					got, out.Eof, out.TotalLines, out.CutLines, out.FirstLine, tc.lines, tc.eof, tc.total, tc.cut)
+			}
+		})
 	}
 }
