@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -488,6 +489,9 @@ func (r *remote) signal(ctx context.Context, pid uint32, sig syscall.Signal) err
 // through the proxies between, often enough for their idle timeouts.
 const keepaliveSeconds = "30"
 
+// startTimeout bounds the wait for a process's start event.
+const startTimeout = 60 * time.Second
+
 // timeoutGrace is how long past a process's timeout the adapter waits for
 // the remote to end it before killing it itself.
 const timeoutGrace = 2 * time.Second
@@ -504,15 +508,24 @@ func (r *remote) launch(req *ppb.StartRequest, p *proc, started chan<- error) {
 	creq := connect.NewRequest(req)
 	creq.Header().Set("Keepalive-Ping-Interval", keepaliveSeconds)
 	r.wg.Go(func() {
+		// A remote that never sends the start gives up the call after
+		// startTimeout; once started, the stream lasts as long as the process.
+		ctx, giveUp := context.WithCancel(ctx)
+		timer := time.AfterFunc(startTimeout, giveUp)
 		st, err := r.proc.Start(ctx, creq)
-		if err != nil {
-			started <- r.remoteErr(err)
-			return
+		var pid uint32
+		var ev events
+		if err == nil {
+			ev = startEvents(st)
+			if pid, err = awaitStart(ev); err != nil {
+				ev.close()
+			}
 		}
-		ev := startEvents(st)
-		pid, err := awaitStart(ev)
+		if !timer.Stop() && err != nil && r.ctx.Err() == nil {
+			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s: its remote envd did not start the process within %s", r.id, startTimeout))
+		}
 		if err != nil {
-			ev.close()
+			giveUp()
 			if errors.Is(err, errNoStart) {
 				err = connect.NewError(connect.CodeInternal, errNoStart)
 			}
