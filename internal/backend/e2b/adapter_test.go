@@ -533,9 +533,14 @@ func TestRecoverProcesses(t *testing.T) {
 	d2 := open(opts)
 	defer d2.Close(context.Background())
 	defer d2.Destroy(context.Background(), sp.ID)
+	before := rd.endAt(t, inst.Saved)
 	got, err := d2.Recover(t.Context(), sp.ID, inst.Saved)
 	if err != nil {
 		t.Fatalf("Recover = %v", err)
+	}
+	// The lease was renewed at once: the remote now ends it the lease from now.
+	if after := rd.endAt(t, inst.Saved); after.Sub(before) < lease/2 {
+		t.Errorf("the remote sandbox's end moved from %s to %s at Recover, want the lease (%s) from now", before, after, lease)
 	}
 	cl2 := agentclient.New(got.ID, got.Dial)
 	defer cl2.Close()

@@ -1,3 +1,7 @@
+// This file implements the driver: its probe, and the remote sandbox's
+// lifecycle through E2B's control plane (create, stop, wait, destroy,
+// recover, list) with the lease that keeps a held sandbox alive.
+
 package e2b
 
 import (
@@ -522,6 +526,10 @@ func (d *Driver) Recover(ctx context.Context, id sandbox.ID, sv []byte) (*backen
 		return nil, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("remote sandbox %s is %s: %w", s.RemoteID, sb.State, sandbox.ErrNotFound)}
 	case !d.ours(sb, id):
 		return nil, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("remote sandbox %s does not stand for this sandbox (its metadata name another): %w", s.RemoteID, sandbox.ErrNotFound)}
+	}
+	// Its lease may be about to end: the daemon was down for a while.
+	if err := d.api.setTimeout(ctx, s.RemoteID, lease); err != nil && statusOf(err) != http.StatusNotFound {
+		d.log.Warn("renewing a recovered remote sandbox's timeout", logkey.SandboxID, id, "remote_id", s.RemoteID, logkey.Err, err)
 	}
 	token := s.AccessToken
 	if sb.EnvdAccessToken != "" {

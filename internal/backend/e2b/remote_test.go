@@ -208,3 +208,26 @@ func (rd *remoteDaemon) checkNone(t *testing.T, instance string) {
 
 // instanceName is a fresh instance name for a test's driver.
 func instanceName() string { return fmt.Sprintf("t%d", time.Now().UnixNano()%1e12) }
+
+// endAt is when the remote ends the sandbox saved names (its endAt).
+func (rd *remoteDaemon) endAt(t *testing.T, sv []byte) time.Time {
+	t.Helper()
+	var s saved
+	if err := json.Unmarshal(sv, &s); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, rd.url+"/sandboxes/"+s.RemoteID, nil)
+	req.Header.Set("X-API-Key", rd.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		EndAt time.Time `json:"endAt"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.EndAt.IsZero() {
+		t.Fatalf("GET /sandboxes/%s: %d, %v", s.RemoteID, resp.StatusCode, err)
+	}
+	return out.EndAt
+}
