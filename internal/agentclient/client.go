@@ -555,6 +555,8 @@ func (c *Client) httpErr(op string, resp *http.Response) error {
 		code = connect.CodeResourceExhausted
 	case http.StatusBadGateway, http.StatusServiceUnavailable:
 		code = connect.CodeUnavailable
+	case http.StatusNotImplemented: // a route the sandbox's backend does not have (e2b: the archive routes)
+		code = connect.CodeUnimplemented
 	}
 	return c.wrap(op, connect.NewError(code, errors.New(msg)))
 }

@@ -195,6 +195,24 @@ type Options struct {
 	// Network is the egress path of the allowlist and full tiers; nil when
 	// the daemon runs without one (only none is then offered).
 	Network Network
+	// E2B is the remote server the e2b driver runs sandboxes on; the other
+	// drivers ignore it.
+	E2B E2BRemote
+}
+
+// E2BRemote is an E2B-compatible server (real E2B, or another sbx): its
+// control plane, its data plane (envd), the key and the template.
+type E2BRemote struct {
+	// URL is the control plane's base, e.g. https://api.e2b.app.
+	URL string
+	// SandboxURL is the base of every sandbox's envd, reached with E2B's
+	// routing headers; empty derives it as E2B's SDK does (the domain the
+	// create answers, else URL).
+	SandboxURL string
+	// APIKey is sent as X-API-Key; it is never logged.
+	APIKey string
+	// Template is the template sbx's default template (host) runs as.
+	Template string
 }
 
 // ErrRefused marks an Opener's error that is the operator's configuration at

@@ -104,6 +104,8 @@ type Config struct {
 	Network Network `toml:"network"`
 	// Preview is how preview URLs are formed and recognised (preview.go).
 	Preview Preview `toml:"preview"`
+	// E2B is the remote server of the e2b backend (e2b.go).
+	E2B E2B `toml:"e2b"`
 }
 
 // Network configures the egress path ([network] in the file): the router
@@ -176,6 +178,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		AuditRetention:       7 * 24 * time.Hour,
 		AuditMaxRecords:      1_000_000,
 		Preview:              defaultPreview(),
+		E2B:                  defaultE2B(),
 	}
 }
 
@@ -205,7 +208,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

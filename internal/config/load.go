@@ -245,6 +245,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 	}
 	c.Preview.applyEnv(getenv)
+	c.E2B.applyEnv(getenv)
 	return errors.Join(errs...)
 }
 

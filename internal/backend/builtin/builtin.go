@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/e2b"
 	"sbx.dev/sbx/internal/backend/local"
 	"sbx.dev/sbx/internal/backend/native"
 )
@@ -17,5 +18,6 @@ func Register() {
 	once.Do(func() {
 		backend.Register("native", native.Open)
 		backend.Register("local", local.Open)
+		backend.Register(e2b.Name, e2b.Open)
 	})
 }
