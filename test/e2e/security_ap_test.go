@@ -220,7 +220,7 @@ func (r *run) walkE2BData(key string) int {
 		r.breach("AP-01: E2B health of a running sandbox without a token = %d %.150s, want 204", st, b)
 	}
 	hdr["X-Access-Token"] = info.EnvdAccessToken
-	if st, _, b := r.call(r.d, "", "POST", "/filesystem.Filesystem/Stat", map[string]string{"path": "/workspace"}, hdr); st != 200 {
+	if st, _, b := r.call(r.d, "", "POST", "/filesystem.Filesystem/Stat", map[string]string{"path": ""}, hdr); st != 200 { // "": the workdir
 		r.breach("AP-01: control: Stat with the sibling's own token = %d %.150s, want 200", st, b)
 	}
 	return n
