@@ -104,6 +104,14 @@ type Config struct {
 	Network Network `toml:"network"`
 	// Preview is how preview URLs are formed and recognised (preview.go).
 	Preview Preview `toml:"preview"`
+
+	// AllowedOrigins are the web origins, besides the daemon's own, whose
+	// pages may open a terminal's WebSocket or call /mcp from a browser:
+	// host patterns such as "ui.example.com" or "*.example.com:8443"
+	// (path.Match on the Origin's host[:port]). A request that carries no
+	// Origin (every client outside a browser) is not concerned. Env
+	// SBX_ALLOWED_ORIGINS (comma-separated).
+	AllowedOrigins []string `toml:"allowed_origins"`
 	// E2B is the remote server of the e2b backend (e2b.go).
 	E2B E2B `toml:"e2b"`
 }
@@ -208,7 +216,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

@@ -244,6 +244,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			c.Policy.Networks = append(c.Policy.Networks, sandbox.Network(t))
 		}
 	}
+	list("SBX_ALLOWED_ORIGINS", &c.AllowedOrigins)
 	c.Preview.applyEnv(getenv)
 	c.E2B.applyEnv(getenv)
 	return errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 )
 
@@ -71,4 +72,16 @@ func checkDomain(domain string) error {
 		}
 	}
 	return nil
+}
+
+// checkOrigins refuses an allowed origin that is not a host pattern.
+func checkOrigins(c *Config) error {
+	var errs []error
+	for _, o := range c.AllowedOrigins {
+		_, err := path.Match(o, "")
+		if o == "" || strings.Contains(o, "/") || err != nil {
+			errs = append(errs, fmt.Errorf("allowed_origins: %q is not a host pattern like ui.example.com or *.example.com:8443 (no scheme, no path)", o))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -196,7 +196,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	set := tools.New(m, tools.Options{LLM: repl.LLM{URL: cfg.LLM.URL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey}})
 	mcpSrv := mcpserver.New(set, m, mcpserver.Options{Log: base})
 	e2b := e2bapi.New(m, e2bapi.Options{Log: base, Domain: cfg.Preview.Domain, CodeInterpreter: set, ClientID: instance})
-	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler(), E2B: e2b,
+	api := httpapi.New(m, httpapi.Options{Log: base, Tools: set, MCP: mcpSrv.Handler(), E2B: e2b, AllowedOrigins: cfg.AllowedOrigins,
 		Preview: httpapi.PreviewOptions{Domain: cfg.Preview.Domain, Scheme: cfg.Preview.Scheme,
 			PublicURL: cfg.Preview.PublicURL, Listen: tcp.Addr().String()}})
 	srv := &http.Server{

@@ -42,6 +42,9 @@ type Options struct {
 	MCP http.Handler
 	// Preview says how preview URLs are formed and recognised (preview.go).
 	Preview PreviewOptions
+	// AllowedOrigins are the web origins besides the daemon's own whose
+	// pages may open a terminal's WebSocket or call /mcp (origin.go).
+	AllowedOrigins []string
 	// E2B, when set, serves the requests it matches (E2B's control and data
 	// planes, package e2bapi) on the same listener, before any route of /v1.
 	E2B Matcher
@@ -69,6 +72,7 @@ type server struct {
 	preview  preview
 	proxy    http.Handler // into sandboxes' ports (preview.go)
 	e2b      Matcher
+	origins  []string // AllowedOrigins
 }
 
 // New returns the /v1 handler over m.
@@ -90,6 +94,7 @@ func newServer(m *manager.Manager, opts Options) *server {
 		terms:    newTerminals(),
 		preview:  newPreview(opts.Preview),
 		e2b:      opts.E2B,
+		origins:  opts.AllowedOrigins,
 	}
 	s.proxy = s.newProxy()
 	if s.tools == nil {

@@ -67,6 +67,10 @@ const mcpPath = "/mcp"
 func (s *server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	rt := route{method: r.Method, path: mcpPath, op: "mcp"}
 	rw := &responseWriter{ResponseWriter: w}
+	if err := checkOrigin(r.Header.Get("Origin"), r.Host, s.origins); err != nil {
+		s.writeError(rw, r, rt, err)
+		return
+	}
 	k, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(rw, r, rt, err)
