@@ -76,3 +76,20 @@ func TestPreviewConfigChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowedOrigins(t *testing.T) {
+	l, err := load(nil, envOf(map[string]string{"SBX_ALLOWED_ORIGINS": "ui.example.com,*.tools.example.com:8443"}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config.AllowedOrigins; len(got) != 2 || got[0] != "ui.example.com" || got[1] != "*.tools.example.com:8443" {
+		t.Errorf("AllowedOrigins = %q", got)
+	}
+	for _, bad := range []string{"https://ui.example.com", "ui.example.com/app", "[", ""} {
+		c := defaults(envOf(nil), 0)
+		c.AllowedOrigins = []string{bad}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "allowed_origins") {
+			t.Errorf("Validate(allowed_origins %q) = %v, want an error naming allowed_origins", bad, err)
+		}
+	}
+}
