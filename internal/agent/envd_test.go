@@ -366,3 +366,73 @@ func TestEnvdWatchDir(t *testing.T) {
 		t.Errorf("WatchDir(missing) = %v, want not_found", mst.Err())
 	}
 }
+
+// E2B's file metadata: X-Metadata-<key> headers on an upload come back with
+// the file's entry (the upload's answer, Stat, ListDir), and go with it when
+// it moves; bad keys are refused before anything is written.
+func TestEnvdFileMetadata(t *testing.T) {
+	a := startAgent(t, boot.AgentConfig{})
+	_, fsc, hc := a.envd(t)
+	ctx := t.Context()
+	upload := func(path string, hdr ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://agent/files?path="+url.QueryEscape(path), strings.NewReader("x"))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	st, body := upload("/m/a.txt", "X-Metadata-Owner", "me", "X-Metadata-Build.Id", "42")
+	if st != 200 || !strings.Contains(body, `"metadata":{"build.id":"42","owner":"me"}`) {
+		t.Fatalf("upload with metadata = %d %s", st, body)
+	}
+	if st, body := upload("/m/plain.txt"); st != 200 || strings.Contains(body, "metadata") {
+		t.Errorf("upload without metadata = %d %s", st, body)
+	}
+	s, err := fsc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/m/a.txt"}))
+	if md := s.Msg.GetEntry().GetMetadata(); err != nil || len(md) != 2 || md["owner"] != "me" || md["build.id"] != "42" {
+		t.Errorf("Stat's metadata = %v, %v", md, err)
+	}
+	if _, err := fsc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "/m/a.txt", Destination: "/m/b.txt"})); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := fsc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "/m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ls.Msg.GetEntries() {
+		switch e.GetName() {
+		case "b.txt":
+			if e.GetMetadata()["owner"] != "me" {
+				t.Errorf("the moved file's metadata = %v", e.GetMetadata())
+			}
+		case "plain.txt":
+			if len(e.GetMetadata()) != 0 {
+				t.Errorf("a file without metadata lists %v", e.GetMetadata())
+			}
+		}
+	}
+	// Uploading again replaces the metadata: keys not sent go.
+	if st, body := upload("/m/b.txt", "X-Metadata-Owner", "you"); st != 200 || !strings.Contains(body, `"metadata":{"owner":"you"}`) {
+		t.Errorf("second upload = %d %s", st, body)
+	}
+	s, err = fsc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/m/b.txt"}))
+	if md := s.Msg.GetEntry().GetMetadata(); err != nil || len(md) != 1 || md["owner"] != "you" {
+		t.Errorf("metadata after a second upload = %v, %v", md, err)
+	}
+	for _, bad := range [][]string{{"X-Metadata-K", "caf\u00e9"}, {"X-Metadata-K", strings.Repeat("v", 5000)}} {
+		if st, body := upload("/m/refused.txt", bad...); st != 400 || !strings.Contains(body, "file metadata") {
+			t.Errorf("upload with %q = %d %s, want 400", bad[0], st, body)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(a.root, "m/refused.txt")); !os.IsNotExist(err) {
+		t.Errorf("a refused upload wrote its file: %v", err)
+	}
+}

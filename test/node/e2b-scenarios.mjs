@@ -502,6 +502,28 @@ scenario("files.write_multiple", async (t) => {
   eq(await s.files.read("/tmp/multi/c.txt"), "gamma", "c.txt");
 });
 
+scenario("files.metadata", async (t) => {
+  // files.write's metadata (envd 0.6.2): kept on the file, read back by
+  // getInfo, list and rename; another upload replaces it.
+  const s = await t.sandbox();
+  const md = { owner: "me", "build-id": "42" };
+  const w = await s.files.write("/tmp/md/a.txt", "x", { metadata: md });
+  deepEq(w.metadata, md, "write's metadata");
+  deepEq((await s.files.getInfo("/tmp/md/a.txt")).metadata, md, "getInfo's metadata");
+  const e = await s.files.rename("/tmp/md/a.txt", "/tmp/md/b.txt");
+  deepEq(e.metadata, md, "rename's entry keeps it");
+  const listed = (await s.files.list("/tmp/md")).find((x) => x.name === "b.txt");
+  deepEq(listed?.metadata, md, "list's metadata");
+  await s.files.write("/tmp/md/b.txt", "y", { metadata: { owner: "you" } });
+  deepEq((await s.files.getInfo("/tmp/md/b.txt")).metadata, { owner: "you" }, "a second upload replaces it");
+  await s.files.write("/tmp/md/b.txt", "z");
+  eq((await s.files.getInfo("/tmp/md/b.txt")).metadata, undefined, "an upload without metadata clears it");
+  const attrs = `python3 -c "import os; print(sum(a.startswith('user.e2b.') for a in os.listxattr('/tmp/md/b.txt')))"`;
+  eq(await sh(s, attrs), "0", "no attribute left on the file");
+  await s.files.write("/tmp/md/b.txt", "w", { metadata: md });
+  eq(await sh(s, attrs), "2", "the attributes on the file itself (control)");
+});
+
 scenario("files.watch_dir", async (t) => {
   const s = await t.sandbox();
   await s.files.makeDir("/tmp/watched");

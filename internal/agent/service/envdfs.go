@@ -32,6 +32,15 @@ func fileType(t string) pb.FileType {
 	return pb.FileType_FILE_TYPE_UNSPECIFIED
 }
 
+// entry renders an Info as envd does, with a regular file's metadata.
+func (e envdFS) entry(in files.Info) *pb.EntryInfo {
+	out := entry(in)
+	if in.Type == "file" {
+		out.Metadata = e.s.fs.Metadata(in.Path)
+	}
+	return out
+}
+
 // entry renders an Info as envd does: for a symlink, type and mode are the
 // target's and symlink_target is set; permissions are the entry's own.
 func entry(in files.Info) *pb.EntryInfo {
@@ -50,7 +59,7 @@ func (e envdFS) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) 
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.StatResponse{Entry: entry(in)}), nil
+	return connect.NewResponse(&pb.StatResponse{Entry: e.entry(in)}), nil
 }
 
 func (e envdFS) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
@@ -66,7 +75,7 @@ func (e envdFS) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) 
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.MoveResponse{Entry: entry(in)}), nil
+	return connect.NewResponse(&pb.MoveResponse{Entry: e.entry(in)}), nil
 }
 
 func (e envdFS) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
@@ -76,7 +85,7 @@ func (e envdFS) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequ
 	}
 	resp := &pb.ListDirResponse{Entries: make([]*pb.EntryInfo, 0, len(ins))}
 	for _, in := range ins {
-		resp.Entries = append(resp.Entries, entry(in))
+		resp.Entries = append(resp.Entries, e.entry(in))
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 
 	"sbx.dev/sbx/internal/agent/files"
 )
@@ -77,9 +78,27 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 
 // uploaded is one entry of POST /files' answer.
 type uploaded struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataOf collects a request's X-Metadata-<key> headers (E2B's file
+// metadata), keys lowercased, checked before anything is written.
+func metadataOf(h http.Header) (map[string]string, error) {
+	var md map[string]string
+	for name, vs := range h {
+		key, ok := strings.CutPrefix(strings.ToLower(name), "x-metadata-")
+		if !ok {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = vs[0] // a repeated header: its first value, as envd
+	}
+	return md, files.CheckMetadata(md)
 }
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
@@ -92,6 +111,11 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		mode = v
+	}
+	md, err := metadataOf(r.Header)
+	if err != nil {
+		s.httpError(w, err)
+		return
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []uploaded
@@ -133,7 +157,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 				}
 				seen[wire] = true
 			}
-			u, err := s.store(dest, part, uint32(mode))
+			u, err := s.store(dest, part, uint32(mode), md)
 			part.Close()
 			if err != nil {
 				s.httpError(w, err)
@@ -161,7 +185,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			defer zr.Close()
 			body = zr
 		}
-		u, err := s.store(dest, body, uint32(mode))
+		u, err := s.store(dest, body, uint32(mode), md)
 		if err != nil {
 			s.httpError(w, err)
 			return
@@ -172,8 +196,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(out)
 }
 
-// store streams body into dest.
-func (s *Server) store(dest string, body io.Reader, mode uint32) (uploaded, error) {
+// store streams body into dest, then gives it md.
+func (s *Server) store(dest string, body io.Reader, mode uint32, md map[string]string) (uploaded, error) {
 	up, err := s.fs.Create(dest, modeBits(mode))
 	if err != nil {
 		return uploaded{}, err
@@ -190,5 +214,8 @@ func (s *Server) store(dest string, body io.Reader, mode uint32) (uploaded, erro
 	if err != nil {
 		return uploaded{}, err
 	}
-	return uploaded{Path: validUTF8(in.Path), Name: validUTF8(in.Name), Type: "file"}, nil
+	if err := s.fs.SetMetadata(in.Path, md); err != nil {
+		return uploaded{}, err
+	}
+	return uploaded{Path: validUTF8(in.Path), Name: validUTF8(in.Name), Type: "file", Metadata: md}, nil
 }

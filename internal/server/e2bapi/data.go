@@ -150,15 +150,6 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id sandbox.I
 		h.envdError(w, r, &sandbox.Error{Op: "forward", ID: id, Err: fmt.Errorf("%w: access denied: %s", sandbox.ErrDenied, capability)})
 		return
 	}
-	if r.URL.Path == "/files" && r.Method == http.MethodPost {
-		for name := range r.Header {
-			if strings.HasPrefix(strings.ToLower(name), "x-metadata-") {
-				writeJSON(w, http.StatusBadRequest, apiError{Code: http.StatusBadRequest, SandboxID: string(id),
-					Message: fmt.Sprintf("sandbox %s: file metadata (%s) is not supported by sbx: write the file without metadata", id, name)})
-				return
-			}
-		}
-	}
 	hc, err := h.m.AgentHTTP(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrAgentLost) || errors.Is(err, sandbox.ErrWrongState) {

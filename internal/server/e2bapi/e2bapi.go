@@ -34,8 +34,7 @@ import (
 )
 
 // EnvdVersion is the envd version sbx reports: the SDK gates features on it
-// (E2B-CONTRACT.md §1), and the agent implements every gate up to 0.6.4 but
-// file metadata (0.6.2), which the data plane refuses by name.
+// (E2B-CONTRACT.md §1), and the agent implements every gate up to 0.6.4.
 const EnvdVersion = "0.6.4"
 
 // Ports of E2B's in-sandbox services.

@@ -340,9 +340,7 @@ func TestDataPlane(t *testing.T) {
 		wantError(t, resp, b, http.StatusUnauthorized)
 	}
 
-	// File metadata is refused by name; routes envd does not have are 404.
-	resp, b = e.do("POST", "/files?path=/workspace/m.txt", "x", with(headerAccessToken, sb.EnvdAccessToken, "X-Metadata-Owner", "me")...)
-	wantError(t, resp, b, http.StatusBadRequest, "X-Metadata-Owner", sb.SandboxID)
+	// Routes envd does not have are 404.
 	resp, b = e.do("POST", "/sbxagent.Agent/Exec", "{}", with(headerAccessToken, sb.EnvdAccessToken, "Content-Type", "application/json")...)
 	wantError(t, resp, b, http.StatusNotFound, "not a route of envd")
 	resp, b = e.do("GET", "/", "", headerSandboxID, sb.SandboxID, headerSandboxPort, "8080", headerAccessToken, sb.EnvdAccessToken)
