@@ -117,7 +117,7 @@ func (e envdFS) event(ev files.WatchEvent, includeEntry bool) *pb.FilesystemEven
 	fe := &pb.FilesystemEvent{Name: validUTF8(ev.Name), Type: eventType(ev.Op)}
 	if includeEntry && (ev.Op == "create" || ev.Op == "write" || ev.Op == "chmod") {
 		if in, err := e.s.fs.Stat(ev.Path); err == nil {
-			fe.Entry = entry(in)
+			fe.Entry = e.entry(in)
 		}
 	}
 	return fe
