@@ -22,6 +22,7 @@ import (
 
 	"sbx.dev/sbx/internal/isolation/cgroup"
 	"sbx.dev/sbx/internal/osthread"
+	"sbx.dev/sbx/internal/ringlog"
 )
 
 // workloadOOMScoreAdj is the oom_score_adj of every process the agent starts.
@@ -48,7 +49,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 		p.out[0].spillFailed, p.out[1].spillFailed = true, true
 	}
 	if s.OutputLogBytes > 0 {
-		p.log = newOutputLog(min(s.OutputLogBytes, MaxOutputLog))
+		p.log = ringlog.New(min(s.OutputLogBytes, MaxOutputLog))
 	}
 	t.mu.Lock()
 	for p.ID == "" || t.procs[p.ID] != nil {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/internal/ringlog"
 )
 
 // Defaults and bounds.
@@ -216,8 +218,8 @@ type Proc struct {
 	ptmx    *os.File
 
 	mu         sync.Mutex
-	out        [2]*capture // guarded by mu; nil once finished
-	log        *outputLog  // guarded by mu; nil when not asked for, kept after the exit
+	out        [2]*capture  // guarded by mu; nil once finished
+	log        *ringlog.Log // guarded by mu; nil when not asked for, kept after the exit
 	subs       map[*Sub]struct{}
 	status     *syscall.WaitStatus
 	exitedAt   time.Time
@@ -610,7 +612,7 @@ func (p *Proc) output(stream int, data []byte) (full []*Sub) {
 		return nil // a descendant writes after the result was sealed
 	}
 	if p.log != nil {
-		p.log.write(data, time.Now())
+		p.log.Write(data, time.Now())
 	}
 	c := p.out[stream-1]
 	c.write(data, func() (*os.File, string, error) {
@@ -734,7 +736,7 @@ func (p *Proc) seal(r *Result) {
 	p.result = r
 	p.subs = nil
 	if p.log != nil {
-		p.log.close() // after the result is set: a reader woken now sees it
+		p.log.Close() // after the result is set: a reader woken now sees it
 	}
 	// The group goes back before anyone hears of the result, so the next
 	// process a caller starts can have it.
@@ -751,7 +753,7 @@ func (p *Proc) seal(r *Result) {
 func (p *Proc) retainedBytes() int64 {
 	n := int64(len(p.result.Stdout) + len(p.result.Stderr))
 	if p.log != nil {
-		n += int64(len(p.log.buf))
+		n += p.log.Held()
 	}
 	return n
 }

@@ -19,6 +19,7 @@ import (
 	ppb "sbx.dev/sbx/api/agent/process"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
 	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/ringlog"
 )
 
 // agentService serves sbxagent.Agent for the sandbox a request's connection
@@ -95,7 +96,7 @@ func (agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecReques
 		timeout: time.Duration(m.GetTimeoutMs()) * time.Millisecond, r: r, done: make(chan struct{}),
 		out: [2]*capture{newCapture(limit), newCapture(limit)}}
 	if n := m.GetOutputLogBytes(); n > 0 {
-		p.log = &outputLog{size: n}
+		p.log = ringlog.New(n)
 	}
 	// The remote's tag of the process is the adapter's id: the remote's list
 	// then says which of its processes are the adapter's.
@@ -419,59 +420,21 @@ func (p *proc) readOutput(ctx context.Context, since int64, wait, linger time.Du
 	if l == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %s: not started with an output log", p.id))
 	}
-	if since > l.end {
-		return nil, invalid("process %s: cursor %d is past the end of the output (%d)", p.id, since, l.end)
+	if since > l.End() {
+		return nil, invalid("process %s: cursor %d is past the end of the output (%d)", p.id, since, l.End())
 	}
-	for l.end <= since && !l.closed {
-		woken, err := p.waitLocked(ctx, l, deadline)
-		if err != nil {
-			return nil, err
-		}
-		if !woken {
-			break
-		}
+	ch, err := l.Next(ctx, &p.mu, since, maxBytes, linger, deadline, func(err error) error {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	})
+	if err != nil {
+		return nil, err
 	}
-	for l.end > since && !l.closed && l.end-max(since, l.start()) < maxBytes {
-		until := l.last.Add(linger)
-		if until.After(deadline) {
-			until = deadline
-		}
-		if !time.Now().Before(until) {
-			break
-		}
-		if woken, err := p.waitLocked(ctx, l, until); !woken || err != nil {
-			break
-		}
-	}
-	from := max(since, l.start())
-	resp := &pb.ReadOutputResponse{Data: l.read(from, maxBytes), Start: from, End: l.end, Alive: !l.closed}
+	resp := &pb.ReadOutputResponse{Data: ch.Data, Start: ch.Start, End: ch.End, Alive: ch.Alive}
 	resp.Cursor = resp.Start + int64(len(resp.Data))
-	if l.closed {
+	if !ch.Alive {
 		resp.Result = p.result
 	}
 	return resp, nil
-}
-
-// waitLocked waits, with p.mu released, for the log to change until
-// deadline; it reports whether it changed.
-func (p *proc) waitLocked(ctx context.Context, l *outputLog, deadline time.Time) (bool, error) {
-	d := time.Until(deadline)
-	if d <= 0 {
-		return false, nil
-	}
-	ch := l.waiter()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	p.mu.Unlock()
-	defer p.mu.Lock()
-	select {
-	case <-ch:
-		return true, nil
-	case <-t.C:
-		return false, nil
-	case <-ctx.Done():
-		return false, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-	}
 }
 
 func (agentService) Resize(ctx context.Context, req *connect.Request[pb.ResizeRequest]) (*connect.Response[pb.ResizeResponse], error) {

@@ -9,7 +9,6 @@ package e2b
 import (
 	"fmt"
 	"sync"
-	"time"
 )
 
 // capture holds one stream of one process: the first half of the cap in
@@ -83,84 +82,6 @@ const (
 	defaultReadOutput = 1 << 20
 	maxReadOutput     = 16 << 20
 )
-
-// outputLog is a ring of the last size bytes a process wrote, stdout and
-// stderr in the order they came, addressed by absolute offset: the byte at
-// offset o is held at buf[o%size] while end-size <= o < end. Its proc's mu
-// guards it.
-type outputLog struct {
-	size   int64
-	buf    []byte
-	end    int64     // bytes written in all
-	last   time.Time // when the last chunk came
-	closed bool      // the result is sealed: nothing more comes
-	wake   chan struct{}
-}
-
-func (l *outputLog) write(p []byte, now time.Time) {
-	if len(p) == 0 || l.closed {
-		return
-	}
-	l.last = now
-	if n := int64(len(p)); n > l.size {
-		l.end += n - l.size
-		p = p[n-l.size:]
-	}
-	if int64(len(l.buf)) < l.size {
-		if l.end == int64(len(l.buf)) && l.end+int64(len(p)) <= l.size {
-			l.buf = append(l.buf, p...)
-			l.end += int64(len(p))
-			l.signal()
-			return
-		}
-		full := make([]byte, l.size)
-		copy(full, l.buf)
-		l.buf = full
-	}
-	for len(p) > 0 {
-		k := copy(l.buf[l.end%l.size:], p)
-		p = p[k:]
-		l.end += int64(k)
-	}
-	l.signal()
-}
-
-// start is the offset of the oldest byte held.
-func (l *outputLog) start() int64 { return l.end - min(l.end, l.size) }
-
-// read returns a copy of the bytes held from offset from on, at most n.
-func (l *outputLog) read(from, n int64) []byte {
-	from = min(l.end, from)
-	to := min(l.end, from+n)
-	out := make([]byte, 0, to-from)
-	for from < to {
-		i := from % l.size
-		seg := l.buf[i:min(int64(len(l.buf)), i+to-from)]
-		out = append(out, seg...)
-		from += int64(len(seg))
-	}
-	return out
-}
-
-// waiter returns a channel closed at the next change.
-func (l *outputLog) waiter() <-chan struct{} {
-	if l.wake == nil {
-		l.wake = make(chan struct{})
-	}
-	return l.wake
-}
-
-func (l *outputLog) signal() {
-	if l.wake != nil {
-		close(l.wake)
-		l.wake = nil
-	}
-}
-
-func (l *outputLog) close() {
-	l.closed = true
-	l.signal()
-}
 
 // Streams, numbered as sbxagent.Stream.
 const (

@@ -27,6 +27,7 @@ import (
 	ppb "sbx.dev/sbx/api/agent/process"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
 	"sbx.dev/sbx/internal/logkey"
+	"sbx.dev/sbx/internal/ringlog"
 	"sbx.dev/sbx/internal/sandbox"
 )
 
@@ -132,7 +133,7 @@ type proc struct {
 
 	mu         sync.Mutex
 	out        [2]*capture    // guarded by mu; nil once sealed
-	log        *outputLog     // guarded by mu; nil when not asked for
+	log        *ringlog.Log   // guarded by mu; nil when not asked for
 	subs       map[*sub]bool  // guarded by mu
 	killReason string         // guarded by mu
 	result     *pb.ExecResult // guarded by mu
@@ -174,7 +175,7 @@ func (p *proc) output(stream int, data []byte) (full []*sub) {
 		return nil
 	}
 	if p.log != nil {
-		p.log.write(data, time.Now())
+		p.log.Write(data, time.Now())
 	}
 	p.out[stream-1].write(data)
 	for s := range p.subs {
@@ -257,7 +258,7 @@ func (p *proc) finish(end *ppb.ProcessEvent_EndEvent, why string) {
 	p.result, p.exitedAt = res, now
 	p.subs = nil // each follower drains its queue at done
 	if p.log != nil {
-		p.log.close()
+		p.log.Close()
 	}
 	close(p.done)
 	p.mu.Unlock()

@@ -89,19 +89,6 @@ func TestCapture(t *testing.T) {
 	}
 }
 
-func TestOutputLog(t *testing.T) {
-	l := &outputLog{size: 4}
-	l.write([]byte("ab"), time.Now())
-	l.write([]byte("cdef"), time.Now())
-	if l.end != 6 || l.start() != 2 || string(l.read(2, 10)) != "cdef" || string(l.read(4, 1)) != "e" {
-		t.Errorf("log: end %d start %d read %q", l.end, l.start(), l.read(2, 10))
-	}
-	l.write([]byte("0123456789"), time.Now()) // more than the ring holds
-	if l.end != 16 || l.start() != 12 || string(l.read(l.start(), 100)) != "6789" {
-		t.Errorf("after an oversized write: end %d, held %q", l.end, l.read(l.start(), 100))
-	}
-}
-
 // TestMetadataQuery decodes the filter as an E2B server does (the query's
 // decode, the form, then each key and value) and wants the map back.
 func TestMetadataQuery(t *testing.T) {
