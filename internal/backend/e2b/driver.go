@@ -69,7 +69,7 @@ type Driver struct {
 
 	tr  *http.Transport
 	srv *http.Server
-	lis *pipeListener
+	lis *backend.PipeListener
 
 	// ctx is the driver's lifetime: Close ends it.
 	ctx       context.Context
@@ -142,7 +142,7 @@ func open(opts backend.Options) *Driver {
 		log:         log.With(logkey.Component, Name),
 		opened:      time.Now(),
 		tr:          tr,
-		lis:         newPipeListener(),
+		lis:         backend.NewPipeListener("e2b-agent-adapter"),
 		ctx:         ctx,
 		cancel:      cancel,
 		remotes:     map[sandbox.ID]*remote{},

@@ -7,6 +7,7 @@ package e2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -67,19 +68,15 @@ func (d *Driver) dial(ctx context.Context, r *remote) (net.Conn, error) {
 		server.Close()
 		return nil, &sandbox.Error{Op: "dial", ID: r.id, Err: fmt.Errorf("dialing the agent adapter: %w", syscall.ECONNREFUSED)}
 	}
-	select {
-	case d.lis.conns <- sc:
-		return client, nil
-	case <-d.lis.done:
-		err := net.ErrClosed
+	if err := d.lis.Hand(ctx, sc); err != nil {
 		client.Close()
 		sc.Close()
-		return nil, &sandbox.Error{Op: "dial", ID: r.id, Err: fmt.Errorf("dialing the agent adapter: %w", err)}
-	case <-ctx.Done():
-		client.Close()
-		sc.Close()
-		return nil, context.Cause(ctx)
+		if errors.Is(err, net.ErrClosed) {
+			return nil, &sandbox.Error{Op: "dial", ID: r.id, Err: fmt.Errorf("dialing the agent adapter: %w", err)}
+		}
+		return nil, err
 	}
+	return client, nil
 }
 
 // serverConn is the adapter's end of a connection, naming its sandbox.
@@ -93,35 +90,3 @@ func (c *serverConn) Close() error {
 	c.once.Do(func() { c.r.untrack(c) })
 	return c.Conn.Close()
 }
-
-// pipeListener hands the adapter's ends of the connections to http.Server.
-type pipeListener struct {
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "e2b-agent-adapter" }

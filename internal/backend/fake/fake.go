@@ -8,6 +8,7 @@ package fake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,7 +46,7 @@ type Driver struct {
 	held         map[sandbox.ID]bool // host resources, for Lister
 	calls        []Call
 	srv          *http.Server
-	lis          *pipeListener
+	lis          *backend.PipeListener
 	serveStarted bool
 	agents       map[sandbox.ID]*agentState // of started or recovered sandboxes
 	scripts      map[string]Run             // by command (Script)
@@ -83,7 +84,7 @@ func New(name string) *Driver {
 		agents:  map[sandbox.ID]*agentState{},
 		scripts: map[string]Run{},
 	}
-	d.lis = &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	d.lis = backend.NewPipeListener("fake-agent")
 	g := &agent{d: d}
 	mux := http.NewServeMux()
 	mux.Handle(sbxagentconnect.NewAgentHandler(g))
@@ -430,18 +431,15 @@ func (d *Driver) dial(ctx context.Context, id sandbox.ID) (net.Conn, error) {
 	c := &agentConn{Conn: client, server: server, closed: make(chan struct{}), d: d, a: a}
 	a.conns = append(a.conns, c)
 	d.mu.Unlock()
-	select {
-	case d.lis.conns <- &serverConn{Conn: server, a: a}:
-		return c, nil
-	case <-d.lis.done:
+	if err := d.lis.Hand(ctx, &serverConn{Conn: server, a: a}); err != nil {
 		client.Close()
 		server.Close()
-		return nil, fmt.Errorf("dialing fake agent: %w", net.ErrClosed)
-	case <-ctx.Done():
-		client.Close()
-		server.Close()
-		return nil, context.Cause(ctx)
+		if errors.Is(err, net.ErrClosed) {
+			return nil, fmt.Errorf("dialing fake agent: %w", err)
+		}
+		return nil, err
 	}
+	return c, nil
 }
 
 // agentConn is the client end of a connection to a fake agent.
@@ -476,34 +474,6 @@ type serverConn struct {
 	net.Conn
 	a *agentState
 }
-
-// pipeListener hands the server ends of net.Pipe connections to http.Server.
-type pipeListener struct {
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "fake-agent" }
 
 var (
 	_ backend.Driver = (*Driver)(nil)
