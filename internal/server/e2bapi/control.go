@@ -88,8 +88,9 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
+		// 501, not 404: the SDK reads a 404 as "sandbox not found".
 		h.writeError(w, r, fmt.Errorf("%w: %s %s is not part of the E2B API sbx serves (see the README's table of supported calls)",
-			sandbox.ErrNotFound, r.Method, truncate(r.URL.Path, 200)))
+			errors.ErrUnsupported, r.Method, truncate(r.URL.Path, 200)))
 		return
 	}
 	h.mux.ServeHTTP(w, r)

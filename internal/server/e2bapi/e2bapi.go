@@ -130,9 +130,19 @@ func (h *Handler) Match(r *http.Request) bool {
 	if p == "/files" && r.URL.Query().Has("signature") {
 		return true // a signed URL (uploadUrl, downloadUrl) without its sandbox
 	}
-	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") ||
-		p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/")
+	for _, prefix := range controlPrefixes {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	return false
 }
+
+// controlPrefixes are the paths of E2B's control plane: sandboxes, and what
+// sbx does not serve (templates, snapshots, volumes), which answers E2B's
+// error shape naming the call rather than /v1's.
+var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates", "/v2/templates",
+	"/v3/templates", "/volumes"}
 
 // ServeHTTP serves a request Match accepted.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

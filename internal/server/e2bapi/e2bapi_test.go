@@ -188,6 +188,27 @@ func TestCreateRefusals(t *testing.T) {
 	}
 }
 
+// Calls of E2B's API that sbx does not serve answer 501 naming the call: a
+// 404 would read as "sandbox not found" to the SDK.
+func TestUnservedCalls(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(e.admin, `{"templateID":"base"}`)
+	for _, c := range [][2]string{
+		{"POST", "/sandboxes/" + sb.SandboxID + "/fork"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots"},
+		{"GET", "/snapshots"},
+		{"POST", "/v3/templates"},
+		{"GET", "/volumes"},
+		{"PUT", "/sandboxes/" + sb.SandboxID + "/network"},
+	} {
+		resp, b := e.api(e.admin, c[0], c[1], "{}")
+		wantError(t, resp, b, http.StatusNotImplemented, c[0]+" "+c[1], "not part of the E2B API")
+	}
+	// Without a key they are 401 like every call.
+	resp, b := e.api("", "GET", "/snapshots", "")
+	wantError(t, resp, b, http.StatusUnauthorized)
+}
+
 func TestAuthAndOwnership(t *testing.T) {
 	e := newEnv(t)
 	resp, b := e.api("", "GET", "/v2/sandboxes", "")
