@@ -13,12 +13,17 @@ import (
 	"path"
 	"syscall"
 	"time"
+
+	"sbx.dev/sbx/internal/textedit"
 )
 
 // MaxEditFile is the largest file EditFile takes.
 const MaxEditFile = 64 << 20
 
-// EditFile replaces old with new in file p (see edit.go for how old is
+// EditResult says what an edit did (textedit.Result).
+type EditResult = textedit.Result
+
+// EditFile replaces old with new in file p (see package textedit for how old is
 // found) and reports what it did. A symlink is followed: the file it leads
 // to is edited, the link stays. Nothing is written when the edit fails; the
 // new text goes to a temporary file in the same directory, given the file's
@@ -57,9 +62,9 @@ func (f *FS) EditFile(p, old, new string, replaceAll bool) (EditResult, error) {
 	if bytes.IndexByte(content[:min(len(content), binaryProbe)], 0) >= 0 {
 		return EditResult{}, errorf(Precondition, "path '%s' is a binary file", w)
 	}
-	out, res, err := applyEdit(w, string(content), old, new, replaceAll)
+	out, res, err := textedit.Apply(w, string(content), old, new, replaceAll)
 	if err != nil {
-		return EditResult{}, err
+		return EditResult{}, errorf(Invalid, "%s", err)
 	}
 	if err := f.replaceFile(w, []byte(out), st); err != nil {
 		return EditResult{}, err

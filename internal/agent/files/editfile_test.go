@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"sbx.dev/sbx/internal/textedit"
 )
 
 func TestEditFile(t *testing.T) {
@@ -21,7 +23,7 @@ func TestEditFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := f.EditFile("/link", "    return 1", "    return 2", false)
-	if err != nil || res.Strategy != EditIndentation || res.StartLine != 4 || res.EndLine != 4 {
+	if err != nil || res.Strategy != textedit.EditIndentation || res.StartLine != 4 || res.EndLine != 4 {
 		t.Fatalf("EditFile = %+v, %v; want an indentation match at line 4", res, err)
 	}
 	b, _ := os.ReadFile(host)

@@ -386,13 +386,34 @@ func TestAdapter(t *testing.T) {
 		}
 	})
 
+	t.Run("EditFile", func(t *testing.T) {
+		if _, err := cl.WriteFile(ctx, "/tmp/edit.py", []byte("def f():\n    return 1\n"), 0o640, false); err != nil {
+			t.Fatal(err)
+		}
+		// The agent's own matching: indentation ignored, the new text re-indented.
+		res, err := cl.EditFile(ctx, "/tmp/edit.py", "return 1", "return 2", false)
+		if err != nil || res.Replacements != 1 || res.StartLine != 2 {
+			t.Fatalf("EditFile = %+v, %v", res, err)
+		}
+		got, err := cl.ReadFile(ctx, "/tmp/edit.py", 0, 0)
+		if err != nil || string(got.Content) != "def f():\n    return 2\n" {
+			t.Errorf("after the edit: %q, %v", got.Content, err)
+		}
+		if fi, err := cl.Stat(ctx, "/tmp/edit.py"); err != nil || fi.Mode&0o777 != 0o640 {
+			t.Errorf("the edited file's mode = %o, %v, want 640 kept", fi.Mode&0o777, err)
+		}
+		if _, err := cl.EditFile(ctx, "/tmp/edit.py", "import nothing_of_the_kind_here", "x", false); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("EditFile(absent text) = %v, want ErrInvalid saying not found", err)
+		}
+		if _, err := cl.EditFile(ctx, "/tmp/none.py", "a", "b", false); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("EditFile(missing file) = %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("Unimplemented", func(t *testing.T) {
 		if _, _, err := cl.Glob(ctx, "*", "/tmp", 10); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Glob") ||
 			!strings.Contains(err.Error(), "e2b backend") {
 			t.Errorf("Glob = %v, want ErrUnsupported naming the method and the backend", err)
-		}
-		if _, err := cl.EditFile(ctx, "/tmp/x", "a", "b", false); !errors.Is(err, errors.ErrUnsupported) {
-			t.Errorf("EditFile = %v, want ErrUnsupported", err)
 		}
 		if _, err := cl.UploadArchive(ctx, "/tmp", strings.NewReader(""), sandbox.ArchiveLimits{}); !errors.Is(err, errors.ErrUnsupported) {
 			t.Errorf("UploadArchive = %v, want ErrUnsupported", err)

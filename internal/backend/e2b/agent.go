@@ -471,7 +471,3 @@ func (agentService) Glob(context.Context, *connect.Request[pb.GlobRequest]) (*co
 func (agentService) Grep(context.Context, *connect.Request[pb.GrepRequest]) (*connect.Response[pb.GrepResponse], error) {
 	return nil, unimplemented("Grep")
 }
-
-func (agentService) EditFile(context.Context, *connect.Request[pb.EditFileRequest]) (*connect.Response[pb.EditFileResponse], error) {
-	return nil, unimplemented("EditFile")
-}

@@ -1,7 +1,9 @@
 // This file implements the agent's tool calls that envd can do exactly:
-// ReadLines over a streamed GET /files, read only as far as the page, and
-// Changed as GNU find run in the sandbox. Glob, Grep and EditFile are
-// answered unimplemented (agent.go): their matchers are the agent's own.
+// ReadLines over a streamed GET /files, read only as far as the page,
+// Changed as GNU find run in the sandbox, and EditFile as the agent's own
+// edit (package textedit) on the file read and written back over /files.
+// Glob and Grep are answered unimplemented (agent.go): their matchers walk
+// the tree, which envd cannot do as the agent does.
 
 package e2b
 
@@ -12,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,10 +26,12 @@ import (
 
 	fspb "sbx.dev/sbx/api/agent/filesystem"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
+	"sbx.dev/sbx/internal/textedit"
 )
 
 // Line page bounds, the agent's.
 const (
+	maxEditFile      = 64 << 20 // the agent's files.MaxEditFile
 	defaultLineLimit = 2000
 	maxLineLimit     = 100000
 	defaultLineChars = 2000
@@ -300,4 +305,61 @@ func (r *remote) gnuFind(ctx context.Context) error {
 	}
 	r.findKnown = true
 	return r.findErr
+}
+
+// EditFile edits as the agent does, on the remote file: read whole (at most
+// maxEditFile), edited here, written back with its mode. Unlike the
+// agent's, the read and the write are two requests: a writer in between
+// loses its write.
+func (agentService) EditFile(ctx context.Context, req *connect.Request[pb.EditFileRequest]) (*connect.Response[pb.EditFileResponse], error) {
+	r, err := sandboxOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	switch {
+	case m.GetOldString() == "":
+		return nil, invalid("old_string is empty")
+	case m.GetOldString() == m.GetNewString():
+		return nil, invalid("old_string and new_string are the same")
+	}
+	e, err := r.regularFile(ctx, m.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	path := e.GetPath()
+	if t := e.GetSymlinkTarget(); t != "" {
+		path = t // the agent edits what a link points to
+	}
+	if e.GetSize() > maxEditFile {
+		return nil, connect.NewError(connect.CodeOutOfRange, fmt.Errorf("path '%s' is %d bytes; files over %d MiB are not edited", path, e.GetSize(), maxEditFile>>20))
+	}
+	rc, err := r.download(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	content, err := io.ReadAll(io.LimitReader(rc, maxEditFile+1))
+	rc.Close()
+	if err != nil {
+		return nil, r.remoteErr(err)
+	}
+	if len(content) > maxEditFile {
+		return nil, connect.NewError(connect.CodeOutOfRange, fmt.Errorf("path '%s' grew past %d MiB while being read; files over it are not edited", path, maxEditFile>>20))
+	}
+	if bytes.IndexByte(content[:min(len(content), binaryProbe)], 0) >= 0 {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("path '%s' is a binary file", path))
+	}
+	out, res, err := textedit.Apply(path, string(content), m.GetOldString(), m.GetNewString(), m.GetReplaceAll())
+	if err != nil {
+		return nil, invalid("%s", err)
+	}
+	wire, err := r.put(ctx, path, strings.NewReader(out))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.chmodTo(ctx, wire, fs.FileMode(e.GetMode()).Perm()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.EditFileResponse{Replacements: int32(res.Replacements), Exact: res.Exact, Score: res.Score,
+		StartLine: res.StartLine, EndLine: res.EndLine, Strategy: res.Strategy}), nil
 }

@@ -1,4 +1,4 @@
-// This file implements the matching of EditFile, with no I/O: find old_string
+// Package textedit is the matching of the edit_file tool, with no I/O: find old_string
 // in a file's text, exactly or, failing that, in the one region of as many
 // lines that matches it closely enough, and replace it.
 //
@@ -20,8 +20,7 @@
 // fuzzy candidates about as close as the best) is an error naming each
 // candidate's lines, unless replace_all is set (it does not apply to fuzzy
 // matches, which are always applied once).
-
-package files
+package textedit
 
 import (
 	"fmt"
@@ -51,8 +50,8 @@ const (
 	maxCandidates = 10
 )
 
-// EditResult says what an edit did.
-type EditResult struct {
+// Result says what an edit did.
+type Result struct {
 	Replacements int
 	Exact        bool
 	// Score is 1 but for a fuzzy match: its similarity.
@@ -64,14 +63,15 @@ type EditResult struct {
 	Strategy           string
 }
 
-// applyEdit returns content with old replaced by new as the strategies above
-// find it. name is the file's wire path, for the errors (all Invalid).
-func applyEdit(name, content, old, new string, replaceAll bool) (string, EditResult, error) {
+// Apply returns content with old replaced by new as the strategies above
+// find it. name is the file's path, for the errors, every one of which says
+// what was wrong with old or new: the caller's invalid argument.
+func Apply(name, content, old, new string, replaceAll bool) (string, Result, error) {
 	switch {
 	case old == "":
-		return "", EditResult{}, errorf(Invalid, "old_string is empty")
+		return "", Result{}, fmt.Errorf("old_string is empty")
 	case old == new:
-		return "", EditResult{}, errorf(Invalid, "old_string and new_string are the same")
+		return "", Result{}, fmt.Errorf("old_string and new_string are the same")
 	}
 	if out, res, ok, err := editExact(name, content, old, new, replaceAll); ok || err != nil {
 		return out, res, err
@@ -90,11 +90,11 @@ func applyEdit(name, content, old, new string, replaceAll bool) (string, EditRes
 		case len(wins) == 0:
 			continue
 		case len(wins) > 1 && !replaceAll:
-			return "", EditResult{}, errorf(Invalid, "old_string matches %d places in %s when %s (lines %s); give more context or set replace_all",
+			return "", Result{}, fmt.Errorf("old_string matches %d places in %s when %s (lines %s); give more context or set replace_all",
 				len(wins), name, ignoring(st.name), t.ranges(wins, len(o.lines)))
 		}
 		out, start, end := t.replace(wins, o, new, st.name == EditIndentation)
-		return out, EditResult{Replacements: len(wins), Score: 1, StartLine: start, EndLine: end, Strategy: st.name}, nil
+		return out, Result{Replacements: len(wins), Score: 1, StartLine: start, EndLine: end, Strategy: st.name}, nil
 	}
 	return editFuzzy(name, t, o, new)
 }
@@ -107,7 +107,7 @@ func ignoring(strategy string) string {
 }
 
 // editExact replaces old as given; ok is false when it does not occur.
-func editExact(name, content, old, new string, replaceAll bool) (string, EditResult, bool, error) {
+func editExact(name, content, old, new string, replaceAll bool) (string, Result, bool, error) {
 	var at []int
 	for i := 0; ; {
 		k := strings.Index(content[i:], old)
@@ -122,7 +122,7 @@ func editExact(name, content, old, new string, replaceAll bool) (string, EditRes
 	}
 	switch {
 	case len(at) == 0:
-		return "", EditResult{}, false, nil
+		return "", Result{}, false, nil
 	case len(at) > 1 && !replaceAll:
 		n := strings.Count(content, old)
 		lines := make([]string, 0, min(len(at), maxCandidates))
@@ -132,11 +132,11 @@ func editExact(name, content, old, new string, replaceAll bool) (string, EditRes
 		if n > maxCandidates {
 			lines = append(lines, "…")
 		}
-		return "", EditResult{}, false, errorf(Invalid, "old_string occurs %d times in %s (lines %s); give more context or set replace_all",
+		return "", Result{}, false, fmt.Errorf("old_string occurs %d times in %s (lines %s); give more context or set replace_all",
 			n, name, strings.Join(lines, ", "))
 	}
 	start := lineOf(content, at[0])
-	res := EditResult{Replacements: len(at), Exact: true, Score: 1, StartLine: start, EndLine: start + linesIn(new), Strategy: EditExact}
+	res := Result{Replacements: len(at), Exact: true, Score: 1, StartLine: start, EndLine: start + linesIn(new), Strategy: EditExact}
 	return strings.Replace(content, old, new, len(at)), res, true, nil
 }
 
@@ -398,18 +398,18 @@ type candidate struct {
 
 // editFuzzy replaces the window most similar to o, when it is similar
 // enough and clearly the most similar.
-func editFuzzy(name string, t *text, o oldText, new string) (string, EditResult, error) {
+func editFuzzy(name string, t *text, o oldText, new string) (string, Result, error) {
 	k := len(o.lines)
 	if k > t.n() {
-		return "", EditResult{}, errorf(Invalid, "old_string not found in %s (old_string has %d lines, the file %d)", name, k, t.n())
+		return "", Result{}, fmt.Errorf("old_string not found in %s (old_string has %d lines, the file %d)", name, k, t.n())
 	}
 	top, complete := fuzzyTop(t, o, 3)
 	if !complete {
-		return "", EditResult{}, errorf(Invalid, "old_string not found in %s, and the file is too large to look for a close match (%d lines)", name, t.n())
+		return "", Result{}, fmt.Errorf("old_string not found in %s, and the file is too large to look for a close match (%d lines)", name, t.n())
 	}
 	best := top[0]
 	if best.score < FuzzyThreshold {
-		return "", EditResult{}, errorf(Invalid, "old_string not found in %s; closest match at lines %d-%d (score %.2f, below %.2f)",
+		return "", Result{}, fmt.Errorf("old_string not found in %s; closest match at lines %d-%d (score %.2f, below %.2f)",
 			name, best.line+1, best.line+k, best.score, FuzzyThreshold)
 	}
 	var close []string
@@ -419,11 +419,11 @@ func editFuzzy(name string, t *text, o oldText, new string) (string, EditResult,
 		}
 	}
 	if len(close) > 1 {
-		return "", EditResult{}, errorf(Invalid, "old_string matches %d places in %s about equally: %s; give more context",
+		return "", Result{}, fmt.Errorf("old_string matches %d places in %s about equally: %s; give more context",
 			len(close), name, strings.Join(close, ", "))
 	}
 	out, start, end := t.replace([]int{best.line}, o, new, true)
-	return out, EditResult{Replacements: 1, Score: best.score, StartLine: start, EndLine: end, Strategy: EditFuzzy}, nil
+	return out, Result{Replacements: 1, Score: best.score, StartLine: start, EndLine: end, Strategy: EditFuzzy}, nil
 }
 
 // fuzzyTop returns the n most similar windows, best first (branch and bound:

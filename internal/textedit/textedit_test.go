@@ -1,4 +1,4 @@
-package files
+package textedit
 
 import (
 	"strings"
@@ -56,15 +56,15 @@ func TestApplyEdit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, res, err := applyEdit("/f", tc.content, tc.old, tc.new, tc.all)
+			got, res, err := Apply("/f", tc.content, tc.old, tc.new, tc.all)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || KindOf(err) != Invalid {
-					t.Fatalf("applyEdit = %q, %+v, %v; want an Invalid error containing %q", got, res, err, tc.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Apply = %q, %+v, %v; want an error containing %q", got, res, err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("applyEdit = %v", err)
+				t.Fatalf("Apply = %v", err)
 			}
 			if got != tc.want {
 				t.Errorf("text = %q, want %q", got, tc.want)
@@ -89,7 +89,7 @@ func TestApplyEditFuzzyLongFile(t *testing.T) {
 	}
 	b.WriteString("\tresult := transform(input, options)\n\treturn result, nil\n")
 	content := b.String()
-	got, res, err := applyEdit("/f", content, "result := transfrom(input, option)\nreturn result, nil", "return transform(input, options)", false)
+	got, res, err := Apply("/f", content, "result := transfrom(input, option)\nreturn result, nil", "return transform(input, options)", false)
 	if err != nil {
 		t.Fatal(err)
 	}
