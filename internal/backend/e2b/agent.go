@@ -56,6 +56,16 @@ func sandboxOf(ctx context.Context) (*remote, error) {
 	return nil, connect.NewError(connect.CodeInternal, errors.New("a call on a connection the e2b driver did not dial"))
 }
 
+// procOf is the sandbox of ctx's connection and its process id.
+func procOf(ctx context.Context, id string) (*remote, *proc, error) {
+	r, err := sandboxOf(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := r.get(id)
+	return r, p, err
+}
+
 func (r *remote) get(id string) (*proc, error) {
 	if p, ok := r.table.get(id); ok {
 		return p, nil
@@ -261,11 +271,7 @@ func follow(ctx context.Context, p *proc, s *sub, stream *connect.ServerStream[p
 }
 
 func (agentService) Attach(ctx context.Context, req *connect.Request[pb.AttachRequest], stream *connect.ServerStream[pb.ExecEvent]) error {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := r.get(req.Msg.GetId())
+	_, p, err := procOf(ctx, req.Msg.GetId())
 	if err != nil {
 		return err
 	}
@@ -273,11 +279,7 @@ func (agentService) Attach(ctx context.Context, req *connect.Request[pb.AttachRe
 }
 
 func (agentService) Wait(ctx context.Context, req *connect.Request[pb.WaitRequest]) (*connect.Response[pb.ProcessStatus], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := r.get(req.Msg.GetId())
+	_, p, err := procOf(ctx, req.Msg.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -297,11 +299,7 @@ func (agentService) Wait(ctx context.Context, req *connect.Request[pb.WaitReques
 }
 
 func (agentService) GetProcess(ctx context.Context, req *connect.Request[pb.GetProcessRequest]) (*connect.Response[pb.ProcessStatus], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := r.get(req.Msg.GetId())
+	_, p, err := procOf(ctx, req.Msg.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -321,11 +319,7 @@ func (agentService) ListProcesses(ctx context.Context, _ *connect.Request[pb.Lis
 }
 
 func (agentService) WriteStdin(ctx context.Context, req *connect.Request[pb.WriteStdinRequest]) (*connect.Response[pb.WriteStdinResponse], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := r.get(req.Msg.GetId())
+	r, p, err := procOf(ctx, req.Msg.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -346,11 +340,7 @@ const (
 // agent, which kills a process's whole tree on SIGKILL and signals its
 // group otherwise, envd signals the process alone.
 func (agentService) Signal(ctx context.Context, req *connect.Request[pb.SignalRequest]) (*connect.Response[pb.SignalResponse], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := r.get(req.Msg.GetId())
+	r, p, err := procOf(ctx, req.Msg.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -381,12 +371,8 @@ func (agentService) Signal(ctx context.Context, req *connect.Request[pb.SignalRe
 }
 
 func (agentService) ReadOutput(ctx context.Context, req *connect.Request[pb.ReadOutputRequest]) (*connect.Response[pb.ReadOutputResponse], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
 	m := req.Msg
-	p, err := r.get(m.GetId())
+	_, p, err := procOf(ctx, m.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -438,12 +424,8 @@ func (p *proc) readOutput(ctx context.Context, since int64, wait, linger time.Du
 }
 
 func (agentService) Resize(ctx context.Context, req *connect.Request[pb.ResizeRequest]) (*connect.Response[pb.ResizeResponse], error) {
-	r, err := sandboxOf(ctx)
-	if err != nil {
-		return nil, err
-	}
 	m := req.Msg
-	p, err := r.get(m.GetId())
+	r, p, err := procOf(ctx, m.GetId())
 	if err != nil {
 		return nil, err
 	}
