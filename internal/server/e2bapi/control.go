@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"sbx.dev/sbx/internal/manager"
@@ -328,7 +327,7 @@ func (h *Handler) running(r *http.Request, op string) (sandbox.Sandbox, error) {
 	}
 	sb, err := h.m.Get(r.Context(), id)
 	if err != nil {
-		return sandbox.Sandbox{}, withID(op, id, err)
+		return sandbox.Sandbox{}, sandbox.Wrap(op, id, err)
 	}
 	if sb.State != sandbox.StateRunning {
 		return sandbox.Sandbox{}, &sandbox.Error{Op: op, ID: id, Err: fmt.Errorf("sandbox %w: it is %s", sandbox.ErrNotFound, sb.State)}
@@ -387,7 +386,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	}
 	d, err := seconds(r, "timeout", 0)
 	if err != nil {
-		return withID("set_timeout", sb.ID, err)
+		return sandbox.Wrap("set_timeout", sb.ID, err)
 	}
 	if _, err := h.m.Update(r.Context(), sb.ID, manager.Update{Timeout: &d}); err != nil {
 		return err
@@ -411,7 +410,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) error {
 	}
 	d, err := seconds(r, "duration", defaultTimeout)
 	if err != nil {
-		return withID("refresh", sb.ID, err)
+		return sandbox.Wrap("refresh", sb.ID, err)
 	}
 	if _, err := h.extend(r, sb, d); err != nil {
 		return err
@@ -427,7 +426,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) error {
 	}
 	d, err := seconds(r, "timeout", defaultTimeout)
 	if err != nil {
-		return withID("connect", sb.ID, err)
+		return sandbox.Wrap("connect", sb.ID, err)
 	}
 	if sb, err = h.extend(r, sb, d); err != nil {
 		return err
@@ -663,10 +662,8 @@ type metricJSON struct {
 	DiskTotal     int64   `json:"diskTotal"`
 }
 
-// cpuSamples keeps each sandbox's last CPU reading, so a metric's CPU use
+// cpuSample is a sandbox's CPU reading (Handler.cpu): a metric's CPU use
 // is over the time since the one before (since the start for the first).
-var cpuSamples sync.Map // sandbox.ID → cpuSample
-
 type cpuSample struct {
 	at    time.Time
 	usage time.Duration
@@ -690,7 +687,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) error {
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return withID("metrics", sb.ID, sandbox.Invalid(b.name, "%q is not unix seconds", truncate(s, 20)))
+			return sandbox.Wrap("metrics", sb.ID, sandbox.Invalid(b.name, "%q is not unix seconds", truncate(s, 20)))
 		}
 		if (b.after && now.Unix() < n) || (!b.after && now.Unix() > n) {
 			writeJSON(w, http.StatusOK, []metricJSON{})
@@ -703,10 +700,10 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	cpus := max(1, (sb.Spec.MilliCPUs+999)/1000)
 	prev := cpuSample{at: sb.CreatedAt}
-	if v, ok := cpuSamples.Load(sb.ID); ok {
+	if v, ok := h.cpu.Load(sb.ID); ok {
 		prev = v.(cpuSample)
 	}
-	cpuSamples.Store(sb.ID, cpuSample{at: now, usage: st.CPUUsage})
+	h.cpu.Store(sb.ID, cpuSample{at: now, usage: st.CPUUsage})
 	pct := 0.0
 	if wall := now.Sub(prev.at); wall > 0 && st.CPUUsage >= prev.usage {
 		pct = min(100, 100*float64(st.CPUUsage-prev.usage)/float64(wall)/float64(cpus))
@@ -740,14 +737,14 @@ func (h *Handler) logEntries(r *http.Request) (sandbox.ID, []logEntry, error) {
 		if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 1000 {
 			limit = n
 		} else {
-			return id, nil, withID("logs", id, sandbox.Invalid("limit", "%q is not an integer in [1, 1000]", truncate(s, 20)))
+			return id, nil, sandbox.Wrap("logs", id, sandbox.Invalid("limit", "%q is not an integer in [1, 1000]", truncate(s, 20)))
 		}
 	}
 	var since time.Time
 	if s := r.URL.Query().Get("start"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return id, nil, withID("logs", id, sandbox.Invalid("start", "%q is not unix milliseconds", truncate(s, 20)))
+			return id, nil, sandbox.Wrap("logs", id, sandbox.Invalid("start", "%q is not unix milliseconds", truncate(s, 20)))
 		}
 		since = time.UnixMilli(n)
 	}

@@ -18,14 +18,15 @@
 package e2bapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"sbx.dev/sbx/internal/logkey"
@@ -97,6 +98,9 @@ type Handler struct {
 	ci     CodeInterpreter
 	client string
 	mux    *http.ServeMux
+	// cpu keeps each sandbox's last CPU reading (metrics), dropped when
+	// the sandbox goes.
+	cpu sync.Map // sandbox.ID → cpuSample
 }
 
 // New returns the E2B API over m.
@@ -112,7 +116,7 @@ func New(m *manager.Manager, opts Options) *Handler {
 	}
 	h.routes()
 	if m != nil {
-		m.OnGone(func(id sandbox.ID) { cpuSamples.Delete(id) })
+		m.OnGone(func(id sandbox.ID) { h.cpu.Delete(id) })
 	}
 	return h
 }
@@ -271,21 +275,10 @@ func decode(r *http.Request, v any) error {
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	if err := dec.Decode(v); err != nil {
-		if err.Error() == "EOF" {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return fmt.Errorf("%w: request body: %v", sandbox.ErrInvalid, err)
 	}
 	return nil
-}
-
-// withID wraps err so its message names sandbox id, unless it already does.
-func withID(op string, id sandbox.ID, err error) error {
-	return sandbox.Wrap(op, id, err)
-}
-
-// ctxKey is the request's key, for logs.
-func keyName(ctx context.Context) string {
-	k, _ := manager.KeyFrom(ctx)
-	return k.Name
 }
