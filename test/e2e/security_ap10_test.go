@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -161,6 +162,7 @@ const ap13Server = `import http.server
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def handle_one(self):
+        self.rfile.read(int(self.headers.get('Content-Length') or 0))
         with open('/workspace/requests.log', 'a') as f: f.write(self.command + ' ' + self.path + '\n')
         self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')
     do_GET = do_POST = handle_one
@@ -192,7 +194,11 @@ func ap13Setup(r *run) error {
 // previewReq is a request to the sandbox's port 8080 by host, with the
 // preview cookie, from origin ("" for none).
 func (r *run) previewReq(method, path, origin string) (int, []byte) {
-	req, _ := http.NewRequest(method, r.d.url+path, strings.NewReader("x=1"))
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader("x=1")
+	}
+	req, _ := http.NewRequest(method, r.d.url+path, body)
 	req.Host = r.get("host")
 	req.AddCookie(&http.Cookie{Name: "sbx_preview_token", Value: r.get("token")})
 	if origin != "" {
@@ -259,9 +265,10 @@ func ap13Attack(r *run) error {
 }
 
 func ap13Evidence(r *run) error {
-	res := r.sh(r.a(), "grep -c csrf /workspace/requests.log; ls /workspace/term-* | wc -l")
-	if res.Stdout != "0\n1\n" {
-		r.breach("AP-13: the far end saw a foreign origin's request or terminal: %q (want no csrf request and the control's terminal only)", res.Stdout)
+	// The terminal a page of evilOrigin tried would have made term-<len>.
+	res := r.sh(r.a(), "grep -c csrf /workspace/requests.log; test -e /workspace/term-"+strconv.Itoa(len(evilOrigin))+" && echo term || echo none")
+	if res.Stdout != "0\nnone\n" {
+		r.breach("AP-13: the far end saw a foreign origin's request or terminal: %q (want no csrf request and no terminal)", res.Stdout)
 	}
 	return nil
 }
