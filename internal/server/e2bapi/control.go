@@ -578,30 +578,15 @@ func (h *Handler) list(r *http.Request, lq listQuery) ([]detailJSON, string, err
 		return sb.State != sandbox.StateRunning || (lq.template != "" && h.templateOf(sb) != lq.template) ||
 			(!lq.startedAfter.IsZero() && !sb.CreatedAt.After(lq.startedAfter))
 	})
-	less := func(a, b sandbox.Sandbox) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(string(a.ID), string(b.ID))
+	// The store lists in creation order (created_at, then insertion for
+	// sandboxes made within one millisecond); a stable sort on the time
+	// keeps that order for ties, so pages follow creation exactly.
+	slices.SortStableFunc(all, func(a, b sandbox.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	if lq.desc {
+		slices.Reverse(all)
 	}
-	slices.SortFunc(all, func(a, b sandbox.Sandbox) int {
-		if lq.desc {
-			return less(b, a)
-		}
-		return less(a, b)
-	})
 	if lq.after != nil {
-		at := sandbox.Sandbox{CreatedAt: lq.after.created, ID: lq.after.id}
-		i, _ := slices.BinarySearchFunc(all, at, func(a, b sandbox.Sandbox) int {
-			if lq.desc {
-				return less(b, a)
-			}
-			return less(a, b)
-		})
-		for i < len(all) && all[i].ID == at.ID {
-			i++
-		}
-		all = all[i:]
+		all = all[resumeAt(all, *lq.after, lq.desc):]
 	}
 	next := ""
 	if lq.limit > 0 && len(all) > lq.limit {
@@ -803,4 +788,22 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// resumeAt is where the page after cursor c starts in all (sorted as the
+// listing is). The cursor's own sandbox, when still listed, marks the spot
+// exactly; when it is gone, the page starts at the first sandbox not older
+// (not newer, descending) than it, so a tie within its millisecond repeats
+// an entry rather than losing one.
+func resumeAt(all []sandbox.Sandbox, c cursor, desc bool) int {
+	if i := slices.IndexFunc(all, func(sb sandbox.Sandbox) bool { return sb.ID == c.id }); i >= 0 {
+		return i + 1
+	}
+	for i, sb := range all {
+		cmp := sb.CreatedAt.Compare(c.created)
+		if (!desc && cmp >= 0) || (desc && cmp <= 0) {
+			return i
+		}
+	}
+	return len(all)
 }

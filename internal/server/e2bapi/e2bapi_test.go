@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -444,6 +445,32 @@ func TestMapNetwork(t *testing.T) {
 		tier, allow, deny, err := mapNetwork(tc.internet, tc.n)
 		if (err != nil) != tc.err || tier != tc.tier || len(allow) != tc.allow || len(deny) != tc.deny {
 			t.Errorf("%s: got %q %v %v %v", tc.name, tier, allow, deny, err)
+		}
+	}
+}
+
+func TestResumeAt(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	asc := []sandbox.Sandbox{
+		{ID: "a", CreatedAt: t0}, {ID: "b", CreatedAt: t0}, {ID: "c", CreatedAt: t0.Add(time.Millisecond)},
+	}
+	desc := slices.Clone(asc)
+	slices.Reverse(desc)
+	for _, c := range []struct {
+		name string
+		all  []sandbox.Sandbox
+		cur  cursor
+		desc bool
+		want int
+	}{
+		{"listed cursor, tie after it", asc, cursor{created: t0, id: "a"}, false, 1},
+		{"listed cursor, descending", desc, cursor{created: t0, id: "b"}, true, 2},
+		{"gone cursor repeats its millisecond", asc, cursor{created: t0, id: "x"}, false, 0},
+		{"gone cursor, descending", desc, cursor{created: t0, id: "x"}, true, 1},
+		{"gone cursor past the end", asc, cursor{created: t0.Add(time.Hour), id: "x"}, false, 3},
+	} {
+		if got := resumeAt(c.all, c.cur, c.desc); got != c.want {
+			t.Errorf("%s: resumeAt = %d, want %d", c.name, got, c.want)
 		}
 	}
 }
