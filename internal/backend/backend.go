@@ -198,6 +198,10 @@ type Options struct {
 	// E2B is the remote server the e2b driver runs sandboxes on; the other
 	// drivers ignore it.
 	E2B E2BRemote
+	// Templates are the operator's directory templates: name → absolute
+	// path of a directory holding a whole Linux root, whose content is
+	// untrusted (native; the other drivers know only host).
+	Templates map[string]string
 }
 
 // E2BRemote is an E2B-compatible server (real E2B, or another sbx): its

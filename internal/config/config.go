@@ -114,6 +114,14 @@ type Config struct {
 	AllowedOrigins []string `toml:"allowed_origins"`
 	// E2B is the remote server of the e2b backend (e2b.go).
 	E2B E2B `toml:"e2b"`
+	// Templates are the operator's directory templates by name
+	// ([templates.NAME] in the file, templates.go). Unless the file gives
+	// policy.templates, each is added to it. Env SBX_TEMPLATES
+	// ("name=/abs/dir,…", added to the file's).
+	Templates map[string]Template `toml:"templates"`
+
+	// policyTemplatesSet records that the file gave policy.templates.
+	policyTemplatesSet bool
 }
 
 // Network configures the egress path ([network] in the file): the router
@@ -216,7 +224,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins, checkTemplates} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

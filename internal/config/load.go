@@ -78,6 +78,7 @@ func load(args []string, getenv func(string) string, euid int) (Loaded, error) {
 	if err := c.applyEnv(getenv); err != nil {
 		return Loaded{}, err
 	}
+	c.allowTemplates()
 
 	if set["listen"] {
 		c.Listen = fl.listen
@@ -247,6 +248,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	list("SBX_ALLOWED_ORIGINS", &c.AllowedOrigins)
 	c.Preview.applyEnv(getenv)
 	c.E2B.applyEnv(getenv)
+	errs = append(errs, c.applyTemplatesEnv(getenv))
 	return errors.Join(errs...)
 }
 
@@ -347,6 +349,7 @@ func (c *Config) readFile(path string) error {
 		return fmt.Errorf("config file %s: unknown keys: %s", path, strings.Join(keys, ", "))
 	}
 	*c = f.config()
+	c.policyTemplatesSet = c.policyTemplatesSet || md.IsDefined("policy", "templates")
 	return nil
 }
 

@@ -287,6 +287,7 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, base *
 			Network:           backendNetwork(netSvc),
 			E2B: backend.E2BRemote{URL: cfg.E2B.URL, SandboxURL: cfg.E2B.SandboxURL, APIKey: cfg.E2B.APIKey,
 				Template: cfg.E2B.Template},
+			Templates: templateDirs(cfg.Templates),
 		})
 		if err != nil {
 			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)
@@ -321,4 +322,13 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("securing socket: %w", err)
 	}
 	return l, nil
+}
+
+// templateDirs are the configured templates' root directories by name.
+func templateDirs(ts map[string]config.Template) map[string]string {
+	dirs := make(map[string]string, len(ts))
+	for name, t := range ts {
+		dirs[name] = t.Rootfs
+	}
+	return dirs
 }

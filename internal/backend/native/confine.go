@@ -57,12 +57,9 @@ var writable = []string{
 }
 
 // landlockRules are the sandbox's Landlock rules: read and execute anywhere
-// in its view, write only where writable says (and in the host's top-level
-// directories that get their own overlay here).
-func (d *Driver) landlockRules() *boot.LandlockRules {
-	w := slices.Clone(writable)
-	for _, name := range d.skel.RealDirs {
-		w = append(w, "/"+name)
-	}
-	return &boot.LandlockRules{Read: []string{"/"}, Write: w}
+// in its view, write only where writable says and in extra, its template's
+// own top-level directories of that kind (the host's that get their own
+// overlay here; a directory template's real /bin, /lib…: rootLayers).
+func landlockRules(extra []string) *boot.LandlockRules {
+	return &boot.LandlockRules{Read: []string{"/"}, Write: append(slices.Clone(writable), extra...)}
 }

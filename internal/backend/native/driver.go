@@ -56,6 +56,11 @@ type Driver struct {
 	// lowers are the host directories under the sandboxes' overlays, each
 	// attached in every sandbox as an idmapped copy (mount.IDMapped).
 	lowers []string
+	// templates are the directory templates by name, their roots held
+	// open for the driver's life (template.go); mountPoints is the layer
+	// laid over them (mount.BuildMountPoints).
+	templates   map[string]*dirTemplate
+	mountPoints string
 	// uids hands out the sandboxes' host id ranges.
 	uids *uids
 	// pool is the disk quota filesystem the sandboxes' directories live in.
@@ -123,6 +128,14 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 		}
 	}()
 	layers := filepath.Join(opts.DataDir, "layers")
+	if err := d.openTemplates(opts.Templates, layers); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			d.closeTemplates()
+		}
+	}()
 	var ca []byte
 	if opts.Network != nil {
 		ca = opts.Network.CACertPEM()

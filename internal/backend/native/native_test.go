@@ -47,9 +47,18 @@ func requireJail(t testing.TB) {
 // leak audit checked at cleanup; argv replaces the agent.
 func openTest(t testing.TB, argv ...string) (*Driver, *testutil.LeakAudit) {
 	t.Helper()
+	return openTestWith(t, nil, argv...)
+}
+
+// openTestWith is openTest with edit applied to the driver's options first.
+func openTestWith(t testing.TB, edit func(*backend.Options), argv ...string) (*Driver, *testutil.LeakAudit) {
+	t.Helper()
 	requireJail(t)
 	inst := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
 	opts := backend.Options{DataDir: t.TempDir(), Instance: inst, Exe: os.Args[0], Log: testutil.Logger(t)}
+	if edit != nil {
+		edit(&opts)
+	}
 	d, err := open(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("open(%+v) = %v", opts, err)

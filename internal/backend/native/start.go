@@ -75,6 +75,9 @@ type box struct {
 	uid uint64
 	// network is the sandbox's tier as it started.
 	network sandbox.Network
+	// root is what its root is made of, by its template (template.go);
+	// nil for a recovered box.
+	root *rootLayers
 	// report is what the init stage and agent said they applied; applied is
 	// the isolation built from it and the kernel's view.
 	report  *boot.Report
@@ -110,8 +113,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	if _, err := sandbox.ParseID(string(id)); err != nil {
 		return nil, &sandbox.Error{Op: "create", ID: id, Err: sandbox.Invalid("id", "%q is not a sandbox id", string(id))}
 	}
-	if spec.Template != sandbox.TemplateHost {
-		return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: template %q not found", sandbox.ErrInvalid, spec.Template)}
+	root, err := d.rootOf(spec.Template)
+	if err != nil {
+		return nil, &sandbox.Error{Op: "create", ID: id, Err: err}
 	}
 	if err := d.checkNetwork(spec.Network); err != nil {
 		return nil, &sandbox.Error{Op: "create", ID: id, Err: err}
@@ -122,13 +126,12 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 			return nil, &sandbox.Error{Op: "create", ID: id, Err: fmt.Errorf("%w: layer %s: %s", sandbox.ErrIsolation, l, d.missingReason(l))}
 		}
 	}
-	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}, phases: newPhases(), network: spec.Network}
+	b := &box{id: id, dir: d.dir(id), proc: &backend.Proc{}, phases: newPhases(), network: spec.Network, root: root}
 	b.sock = filepath.Join(b.dir, "agent.sock")
 	if err := d.boxes.Claim(id, b); err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	var err error
 	defer func() {
 		if retErr != nil {
 			if err := d.teardown(ctx, b); err != nil {
@@ -229,10 +232,10 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 		return err
 	}
 	dirs := []string{"root", "upper", "work", "workspace", "lower"}
-	for _, l := range d.overlayNames() {
+	for _, l := range b.root.overlays {
 		dirs = append(dirs, "upper/"+l, "work/"+l)
 	}
-	for i := range d.lowers {
+	for i := range b.root.lowers {
 		dirs = append(dirs, lowerDir(i))
 	}
 	for _, s := range dirs {
@@ -241,7 +244,8 @@ func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
 		}
 	}
 	// The sandbox's own /etc entries, over the skeleton's copy of the /etc
-	// layer (mount.BuildSkeleton).
+	// layer (mount.BuildSkeleton) or the template's /etc. Made in the
+	// sandbox's fresh directory: nothing of the template is followed.
 	etc := filepath.Join(b.dir, "upper/root/etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
@@ -278,7 +282,7 @@ func (d *Driver) overlayNames() []string {
 	return append([]string{"root", "usr"}, d.skel.RealDirs...)
 }
 
-func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
+func (d *Driver) mountPlan(spec sandbox.Spec, r *rootLayers) mount.Plan {
 	lower := func(host string) string { return lowerDir(slices.Index(d.lowers, host)) }
 	layer := func(name, target string, lowers ...string) mount.Overlay {
 		o := mount.Overlay{Target: target, Upper: "upper/" + name, Work: "work/" + name}
@@ -301,10 +305,15 @@ func (d *Driver) mountPlan(spec sandbox.Spec) mount.Plan {
 		TmpBytes: min(spec.MemoryBytes/2, spec.DiskBytes),
 		ShmBytes: min(spec.MemoryBytes/2, spec.DiskBytes),
 	}
-	for _, name := range d.skel.RealDirs {
-		p.Overlays = append(p.Overlays, layer(name, "/"+name, "/"+name))
+	if r.dir { // one overlay: the mount points over the template's root
+		p.RootLayer = mount.Overlay{Upper: "upper/root", Work: "work/root", Lower: []string{lowerDir(0), lowerDir(1)}}
+		p.Overlays = nil
+	} else {
+		for _, name := range d.skel.RealDirs {
+			p.Overlays = append(p.Overlays, layer(name, "/"+name, "/"+name))
+		}
 	}
-	for i := range d.lowers {
+	for i := range r.lowers {
 		p.Attach = append(p.Attach, lowerDir(i))
 	}
 	return p
@@ -322,7 +331,7 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	}
 	p := nsinit.Plan{
 		Hostname: string(b.id),
-		Mount:    d.mountPlan(spec),
+		Mount:    d.mountPlan(spec, b.root),
 		Workdir:  "/workspace",
 		MountsFD: mountsFD,
 		CloseFDs: []int{exeFD},
@@ -364,7 +373,7 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 		cfg.Seccomp, cfg.SeccompID = filter.prog, filter.id
 	}
 	if d.missingReason(sandbox.LayerLandlock) == "" {
-		cfg.Landlock = d.landlockRules()
+		cfg.Landlock = landlockRules(b.root.writable)
 	}
 	if v2 := b.group.V2Dir(); v2 != "" {
 		cfg.CgroupFD = cgroupFD
@@ -520,7 +529,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	}
 	// The init waits for its plan in its new namespaces, which exist now: the
 	// lower layers can be mapped into its user namespace.
-	if err := d.sendLayers(mounts, pid); err != nil {
+	if err := sendLayers(mounts, pid, b.root.lowers); err != nil {
 		return err
 	}
 	b.phases.mark("layers")
@@ -562,21 +571,21 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 }
 
 // sendLayers sends the init stage pid, on sock, an idmapped copy of each of
-// d.lowers in its user namespace, in order (nsinit.Plan.MountsFD).
-func (d *Driver) sendLayers(sock *os.File, pid int) error {
+// lowers in its user namespace, in order (nsinit.Plan.MountsFD).
+func sendLayers(sock *os.File, pid int, lowers []layer) error {
 	userns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening the sandbox's user namespace: %w", err)
 	}
 	defer unix.Close(userns)
-	fds := make([]int, 0, len(d.lowers))
+	fds := make([]int, 0, len(lowers))
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 	}()
-	for _, l := range d.lowers {
-		fd, err := mount.IDMapped(l, userns)
+	for _, l := range lowers {
+		fd, err := l.idmapped(userns)
 		if err != nil {
 			return err
 		}

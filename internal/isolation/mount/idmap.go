@@ -21,10 +21,23 @@ import (
 // mapping. The caller passes the fd to the init stage, which attaches it with
 // Attach, and then closes it.
 func IDMapped(src string, usernsFD int) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return -1, &Error{Op: "open_tree", Source: src, Err: err}
+	return IDMappedAt(unix.AT_FDCWD, src, src, usernsFD)
+}
+
+// IDMappedAt is IDMapped of the directory open at dirfd (an O_PATH fd the
+// caller holds, so the directory mapped is the one it opened, whatever its
+// path names now) when path is "", else of path relative to dirfd. name
+// names the directory in errors.
+func IDMappedAt(dirfd int, path, name string, usernsFD int) (int, error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
 	}
+	fd, err := unix.OpenTree(dirfd, path, uint(flags))
+	if err != nil {
+		return -1, &Error{Op: "open_tree", Source: name, Err: err}
+	}
+	src := name
 	attr := unix.MountAttr{
 		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(usernsFD),

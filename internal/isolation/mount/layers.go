@@ -1,5 +1,6 @@
 // This file implements the read-only layers built once per driver on the host:
-// the skeleton under the root overlay (and, in etc.go, /etc).
+// the skeleton under the root overlay (and, in etc.go, /etc), and the mount
+// points laid over directory templates.
 
 package mount
 
@@ -106,6 +107,34 @@ func BuildSkeleton(parent, hostRoot, etc string) (Skeleton, error) {
 	})
 	sk.Dir = dir
 	return sk, err
+}
+
+// BuildMountPoints makes, under parent, the layer laid over a directory
+// template's root (the operator's directory holding a whole Linux root): the
+// top-level directories of every root (dev, proc, sys, tmp, workspace, etc,
+// usr, var/tmp, …) as empty directories and nothing else. Where the template
+// has a directory of that name the two merge; where it has anything else (a
+// symlink to a host path, a file) overlayfs shows this layer's directory
+// alone, so every mount target of the root and every place the sandbox's own
+// files go is a directory of the sandbox whatever the template holds there.
+// The layer is named by a hash of its content and reused when present.
+func BuildMountPoints(parent string) (string, error) {
+	var desc []string
+	for _, d := range skeletonDirs {
+		desc = append(desc, fmt.Sprintf("dir %s %o", d.path, d.mode))
+	}
+	return buildLayer(parent, "mountpoints", desc, func(tmp string) error {
+		for _, d := range skeletonDirs {
+			p := filepath.Join(tmp, d.path)
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, d.mode); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // EtcSecrets are the paths under /etc (globs) no sandbox sees, even where
