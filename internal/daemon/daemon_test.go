@@ -185,7 +185,7 @@ func TestServe(t *testing.T) {
 
 func TestCommandLine(t *testing.T) {
 	setup(t)
-	dir := t.TempDir()
+	dir, root := t.TempDir(), t.TempDir()
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -197,6 +197,10 @@ func TestCommandLine(t *testing.T) {
 		{"print config", append(args(dir), "--print-config"), nil, 0, `data_dir = "` + dir + `"`, ""},
 		{"unknown flag", []string{"--bogus"}, nil, 2, "", "bogus"},
 		{"invalid config", append(args(dir), "--listen", "nope"), map[string]string{"SBX_LOG_LEVEL": "loud"}, 2, "", "log_level"},
+		{"template root missing", args(dir), map[string]string{"SBX_TEMPLATES": "py=/nonexistent/sbx-root"}, 2, "",
+			"sbx serve: config: templates.py.rootfs: /nonexistent/sbx-root does not exist"},
+		{"template shown", append(args(dir), "--print-config"), map[string]string{"SBX_TEMPLATES": "py=" + root}, 0,
+			"templates = [\"host\", \"py\"]", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb syncBuffer

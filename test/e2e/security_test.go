@@ -82,6 +82,8 @@ var catalogue = []entry{
 		setup: oneSandbox, control: fs10Control, attackProbe: fs10Attack},
 	{id: "FS-11", attack: "mount, umount of masks, remount rw, pivot_root, chroot, open_by_handle_at", backends: nativeOnly,
 		setup: sysProbeSetup, control: sysProbeControl("FS-11"), attackProbe: fs11Attack},
+	{id: "FS-12", attack: "hostile templates: /dev, /proc, /tmp, /workspace, /etc linked out, /dev/null -> core_pattern, a filled /proc", backends: nativeOnly,
+		setup: fs12Setup, control: fs12Control, attackProbe: fs12Attack, evidence: fs12Evidence},
 	{id: "FS-13", attack: "writes to /proc/sys, sysrq-trigger, core_pattern, uevent_helper, release_agent", backends: nativeOnly,
 		setup: oneSandbox, control: fs13Control, attackProbe: fs13Attack},
 	{id: "FS-14", attack: "A reaches B's host path by exec, file API, /proc/<pid>/root", backends: nativeOnly,
