@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"sbx.dev/sbx/internal/testutil"
 )
@@ -147,7 +148,17 @@ func fs12Setup(r *run) error {
 	dev, _ := json.Marshal(fs12Dev())
 	r.set("dev", string(dev))
 	r.forbidden = append(r.forbidden, base)
-	r.privateDaemon(nil, "SBX_TEMPLATES="+strings.Join(env, ","))
+	// A warm pool of one: its sandbox is the default template's (host), and
+	// must not serve the control's create of a directory template.
+	d, _ := r.privateDaemon(nil, "SBX_TEMPLATES="+strings.Join(env, ","), "SBX_POOL_SIZE=1")
+	warm := waitUntil(time.Minute, func() bool {
+		_, b := d.apiQuiet("GET", "/v1/health", nil)
+		var h struct{ Pool *struct{ Ready int } }
+		return json.Unmarshal(b, &h) == nil && h.Pool != nil && h.Pool.Ready == 1
+	})
+	if !warm {
+		return fmt.Errorf("the private daemon's warm pool did not fill within a minute")
+	}
 	return nil
 }
 
@@ -213,8 +224,8 @@ func fs12Control(r *run) error {
 	if !strings.HasPrefix(res.Stdout, want) || res.ExitCode != 0 {
 		return fmt.Errorf("control: the template's files and the sandbox's hostname inside = %+v; want %q first", res, want)
 	}
-	// Its root is the template's: /usr/bin holds the three programs (and
-	// sh's target), not the host's thousands.
+	// Its root is the template's, not the warm pool's host sandbox: /usr/bin
+	// holds the three programs (and sh's target), not the host's thousands.
 	for _, l := range strings.Split(res.Stdout, "\n") {
 		if v, ok := strings.CutPrefix(l, "usr_bin="); ok && len(strings.Fields(v)) > 5 {
 			return fmt.Errorf("control: /usr/bin inside lists %d programs; want the template's few", len(strings.Fields(v)))
