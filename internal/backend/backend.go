@@ -198,6 +198,10 @@ type Options struct {
 	// E2B is the remote server the e2b driver runs sandboxes on; the other
 	// drivers ignore it.
 	E2B E2BRemote
+	// GitRepos are the host git repositories (absolute paths) a local
+	// sandbox may read, to clone a staging copy from (the local driver's git
+	// staging jail); the other drivers ignore it.
+	GitRepos []string
 }
 
 // E2BRemote is an E2B-compatible server (real E2B, or another sbx): its

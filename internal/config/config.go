@@ -114,6 +114,8 @@ type Config struct {
 	AllowedOrigins []string `toml:"allowed_origins"`
 	// E2B is the remote server of the e2b backend (e2b.go).
 	E2B E2B `toml:"e2b"`
+	// Local configures the local backend (local.go).
+	Local Local `toml:"local"`
 }
 
 // Network configures the egress path ([network] in the file): the router
@@ -216,7 +218,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins, checkLocal} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

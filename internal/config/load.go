@@ -247,6 +247,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	list("SBX_ALLOWED_ORIGINS", &c.AllowedOrigins)
 	c.Preview.applyEnv(getenv)
 	c.E2B.applyEnv(getenv)
+	c.Local.applyEnv(getenv)
 	return errors.Join(errs...)
 }
 
