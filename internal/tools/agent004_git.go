@@ -82,7 +82,8 @@ func gitClass(msg string) error {
 		strings.Contains(m, "could not read from remote repository"), strings.Contains(m, "connection timed out"):
 		return sandbox.ErrUnavailable
 	case strings.Contains(m, "authentication failed"), strings.Contains(m, "permission denied"),
-		strings.Contains(m, "could not read username"):
+		strings.Contains(m, "could not read username"), strings.Contains(m, "insufficient permission"),
+		strings.Contains(m, "unable to create temporary object directory"): // a read-only remote (local's staging jail)
 		return sandbox.ErrDenied
 	}
 	return sandbox.ErrWrongState
@@ -594,9 +595,16 @@ func runGitClone(ctx context.Context, c *Call, in gitCloneIn) (gitCloneOut, erro
 		}
 		args = append(args, "--depth", strconv.Itoa(d))
 	}
-	args = append(args, "--", in.URL, dest)
-	// git clone makes dest's parents itself; it runs where dest will be.
-	res, err := c.git(ctx, Workspace, gitNetTimeout, args...)
+	// git clone makes dest's parents itself; it runs where dest will be. A
+	// sandbox without /workspace (local: its root is the workspace, and its
+	// commands see the host's paths, not the sandbox's) clones from its root,
+	// with dest relative to it.
+	cwd, argDest := Workspace, dest
+	if _, err := c.existingDir(ctx, "path", Workspace); errors.Is(err, sandbox.ErrNotFound) {
+		cwd, argDest = "/", strings.TrimPrefix(dest, "/")
+	}
+	args = append(args, "--", in.URL, argDest)
+	res, err := c.git(ctx, cwd, gitNetTimeout, args...)
 	if err != nil {
 		return gitCloneOut{}, err
 	}
