@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -595,15 +596,19 @@ func runGitClone(ctx context.Context, c *Call, in gitCloneIn) (gitCloneOut, erro
 		}
 		args = append(args, "--depth", strconv.Itoa(d))
 	}
-	// git clone makes dest's parents itself; it runs where dest will be. A
-	// sandbox without /workspace (local: its root is the workspace, and its
-	// commands see the host's paths, not the sandbox's) clones from its root,
-	// with dest relative to it.
-	cwd, argDest := Workspace, dest
+	// git clone makes dest's parents itself; it runs where dest will be, in
+	// /workspace, else at the root (local's tree has no /workspace until
+	// something makes it), and is given dest relative to where it runs: the
+	// commands of a local sandbox see the host's paths, not the sandbox's.
+	cwd := Workspace
 	if _, err := c.existingDir(ctx, "path", Workspace); errors.Is(err, sandbox.ErrNotFound) {
-		cwd, argDest = "/", strings.TrimPrefix(dest, "/")
+		cwd = "/"
 	}
-	args = append(args, "--", in.URL, argDest)
+	relDest, err := filepath.Rel(cwd, dest)
+	if err != nil {
+		return gitCloneOut{}, err
+	}
+	args = append(args, "--", in.URL, relDest)
 	res, err := c.git(ctx, cwd, gitNetTimeout, args...)
 	if err != nil {
 		return gitCloneOut{}, err
