@@ -77,7 +77,7 @@ func hashTree(t *testing.T, dir string) string {
 
 func TestLocalGitStaging(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skipf("requires git: %v", err)
+		t.Fatalf("requires git (scripts/deps.sh installs it): %v", err)
 	}
 	// The host repository: two commits on main, another user's when the test
 	// can make it so (git then needs the sandbox's safe.directory).
@@ -148,8 +148,9 @@ func TestLocalGitStaging(t *testing.T) {
 	}
 
 	// The operator's ways back, from the host. A bundle, through sbx cp:
-	if r := d.exec(id, map[string]any{"command": "git bundle create ../project.bundle main", "cwd": "/workspace/project"}); r.ExitCode != 0 {
-		t.Fatalf("git bundle = %d %s", r.ExitCode, r.Stderr)
+	// (The README's commands.)
+	if _, stderr, code := d.cli("exec", "--cwd", "/workspace/project", id, "--", "git", "bundle", "create", "../project.bundle", "main"); code != 0 {
+		t.Fatalf("sbx exec git bundle = %d: %s", code, stderr)
 	}
 	out := t.TempDir()
 	if _, stderr, code := d.cli("cp", id+":/workspace/project.bundle", filepath.Join(out, "project.bundle")); code != 0 {

@@ -24,11 +24,11 @@ import (
 // refusal has its control beside it, and each effect is looked for at the
 // far end (files on the host), not in git's answer.
 
-// requireGit skips t on a host without git.
+// requireGit fails t on a host without git, which make deps installs.
 func requireGit(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skipf("requires git: %v", err)
+		t.Fatalf("requires git (scripts/deps.sh installs it): %v", err)
 	}
 }
 
