@@ -12,6 +12,8 @@ command -v ps >/dev/null 2>&1 || need="$need procps"
 # The native backend's disk quotas (a btrfs pool per data dir).
 command -v mkfs.btrfs >/dev/null 2>&1 || need="$need btrfs-progs"
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# The git tools and the local backend's git staging jail, tested with real git.
+command -v git >/dev/null 2>&1 || need="$need git"
 # The agent tools' real programs inside sandboxes (which see the host's /usr):
 # headless Chromium for browser_open, matplotlib for repl_execute's figures.
 command -v chromium-headless-shell >/dev/null 2>&1 || need="$need chromium-headless-shell"

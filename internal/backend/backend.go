@@ -202,6 +202,10 @@ type Options struct {
 	// path of a directory holding a whole Linux root, whose content is
 	// untrusted (native; the other drivers know only host).
 	Templates map[string]string
+	// GitRepos are the host git repositories (absolute paths) a local
+	// sandbox may read, to clone a staging copy from (the local driver's git
+	// staging jail); the other drivers ignore it.
+	GitRepos []string
 }
 
 // E2BRemote is an E2B-compatible server (real E2B, or another sbx): its

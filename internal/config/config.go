@@ -122,6 +122,8 @@ type Config struct {
 
 	// policyTemplatesSet records that the file gave policy.templates.
 	policyTemplatesSet bool
+	// Local configures the local backend (local.go).
+	Local Local `toml:"local"`
 }
 
 // Network configures the egress path ([network] in the file): the router
@@ -224,7 +226,7 @@ func (c *Config) SocketPath() string {
 // Validate reports every problem at once, each naming its field.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins, checkTemplates} {
+	for _, check := range []func(*Config) error{checkListen, checkPaths, checkBackends, checkLimits, checkKeyLimits, checkAudit, checkLogLevel, checkLLM, checkNetwork, checkPreview, checkE2B, checkOrigins, checkTemplates, checkLocal} {
 		errs = append(errs, check(c))
 	}
 	if err := c.Policy.Check(); err != nil {

@@ -249,6 +249,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	c.Preview.applyEnv(getenv)
 	c.E2B.applyEnv(getenv)
 	errs = append(errs, c.applyTemplatesEnv(getenv))
+	c.Local.applyEnv(getenv)
 	return errors.Join(errs...)
 }
 

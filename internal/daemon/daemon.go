@@ -288,6 +288,7 @@ func openDrivers(ctx context.Context, cfg config.Config, instance string, base *
 			E2B: backend.E2BRemote{URL: cfg.E2B.URL, SandboxURL: cfg.E2B.SandboxURL, APIKey: cfg.E2B.APIKey,
 				Template: cfg.E2B.Template},
 			Templates: templateDirs(cfg.Templates),
+			GitRepos:  cfg.Local.GitRepos,
 		})
 		if err != nil {
 			log.Error("opening backend", logkey.Backend, name, logkey.Err, err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,7 +83,8 @@ func gitClass(msg string) error {
 		strings.Contains(m, "could not read from remote repository"), strings.Contains(m, "connection timed out"):
 		return sandbox.ErrUnavailable
 	case strings.Contains(m, "authentication failed"), strings.Contains(m, "permission denied"),
-		strings.Contains(m, "could not read username"):
+		strings.Contains(m, "could not read username"), strings.Contains(m, "insufficient permission"),
+		strings.Contains(m, "unable to create temporary object directory"): // a read-only remote (local's staging jail)
 		return sandbox.ErrDenied
 	}
 	return sandbox.ErrWrongState
@@ -594,9 +596,20 @@ func runGitClone(ctx context.Context, c *Call, in gitCloneIn) (gitCloneOut, erro
 		}
 		args = append(args, "--depth", strconv.Itoa(d))
 	}
-	args = append(args, "--", in.URL, dest)
-	// git clone makes dest's parents itself; it runs where dest will be.
-	res, err := c.git(ctx, Workspace, gitNetTimeout, args...)
+	// git clone makes dest's parents itself; it runs where dest will be, in
+	// /workspace, else at the root (local's tree has no /workspace until
+	// something makes it), and is given dest relative to where it runs: the
+	// commands of a local sandbox see the host's paths, not the sandbox's.
+	cwd := Workspace
+	if _, err := c.existingDir(ctx, "path", Workspace); errors.Is(err, sandbox.ErrNotFound) {
+		cwd = "/"
+	}
+	relDest, err := filepath.Rel(cwd, dest)
+	if err != nil {
+		return gitCloneOut{}, err
+	}
+	args = append(args, "--", in.URL, relDest)
+	res, err := c.git(ctx, cwd, gitNetTimeout, args...)
 	if err != nil {
 		return gitCloneOut{}, err
 	}

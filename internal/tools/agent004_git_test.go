@@ -71,11 +71,13 @@ func TestRepoName(t *testing.T) {
 
 func TestGitClass(t *testing.T) {
 	for msg, want := range map[string]error{
-		"fatal: not a git repository (or any of the parent directories): .git":                         sandbox.ErrNotFound,
-		"fatal: repository '/nope' does not exist":                                                     sandbox.ErrNotFound,
-		"fatal: destination path 'x' already exists and is not an empty directory.":                    sandbox.ErrExists,
-		"fatal: unable to access 'https://h/r.git/': Could not resolve host: h":                        sandbox.ErrUnavailable,
-		" ! [rejected]        main -> main (fetch first)\nerror: failed to push some refs to '/r.git'": sandbox.ErrWrongState,
+		"fatal: not a git repository (or any of the parent directories): .git":                                                         sandbox.ErrNotFound,
+		"fatal: repository '/nope' does not exist":                                                                                     sandbox.ErrNotFound,
+		"fatal: destination path 'x' already exists and is not an empty directory.":                                                    sandbox.ErrExists,
+		"fatal: unable to access 'https://h/r.git/': Could not resolve host: h":                                                        sandbox.ErrUnavailable,
+		" ! [rejected]        main -> main (fetch first)\nerror: failed to push some refs to '/r.git'":                                 sandbox.ErrWrongState,
+		"error: remote unpack failed: unable to create temporary object directory\n ! [remote rejected] main -> main (unpacker error)": sandbox.ErrDenied,
+		"error: insufficient permission for adding an object to repository database ./objects":                                         sandbox.ErrDenied,
 	} {
 		if got := gitClass(msg); got != want {
 			t.Errorf("gitClass(%q) = %v, want %v", msg, got, want)

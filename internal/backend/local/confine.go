@@ -1,6 +1,7 @@
 // This file implements what confines a local sandbox's processes, which run
 // on the host: Landlock lets them read only the system directories programs
-// need and write only their workspace and scratch directory, and the default
+// need (and the operator's listed git repositories) and write only their
+// workspace and scratch directory, and the default
 // seccomp profile applies as in every sandbox. It makes the local backend no
 // sandbox (no namespaces: host processes, the network and the rest of /proc
 // stay in view), but keeps its commands out of the daemon's data dir, the API
@@ -29,14 +30,16 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"}
 
 // landlockRules are a local sandbox's rules: the system directories, /etc
-// without its secrets (mount.EtcSecrets) and the devices to read; its
-// workspace and scratch directory to write.
-func landlockRules(ws, scratch string) (*boot.LandlockRules, error) {
+// without its secrets (mount.EtcSecrets), the devices and the operator's
+// listed git repositories (gitjail.go) to read; its workspace and scratch
+// directory to write.
+func landlockRules(ws, scratch string, gitRepos []string) (*boot.LandlockRules, error) {
 	etc, err := readableUnder("/etc", mount.EtcSecrets)
 	if err != nil {
 		return nil, err
 	}
 	read := append(slices.Clone(systemDirs), etc...)
+	read = append(read, gitRepos...)
 	return &boot.LandlockRules{Read: read, Write: append([]string{ws, scratch}, devices...)}, nil
 }
 

@@ -86,6 +86,11 @@ func Open(ctx context.Context, opts backend.Options) (backend.Driver, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local backend: %w", err)
 	}
+	for _, r := range opts.GitRepos {
+		if err := checkRepoPath(r); err != nil {
+			return nil, fmt.Errorf("local backend: %w", err)
+		}
+	}
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -270,7 +275,17 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 		return err
 	}
 	env = append(env, "TMPDIR="+scratch)
-	rules, err := landlockRules(ws, scratch)
+	gitEnv, err := gitJail(b.dir, scratch, d.opts.GitRepos)
+	if err != nil {
+		return fmt.Errorf("git staging jail: %w", err)
+	}
+	for _, kv := range gitEnv {
+		// The create's own env may set them otherwise: it is the caller's sandbox.
+		if k, _, _ := strings.Cut(kv, "="); !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
+			env = append(env, kv)
+		}
+	}
+	rules, err := landlockRules(ws, scratch, d.opts.GitRepos)
 	if err != nil {
 		return fmt.Errorf("landlock rules: %w", err)
 	}

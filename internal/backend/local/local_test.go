@@ -26,8 +26,14 @@ func TestMain(m *testing.M) {
 
 func openAt(t *testing.T, dataDir string) backend.Driver {
 	t.Helper()
+	return openWith(t, dataDir, nil)
+}
+
+// openWith is openAt with the host git repositories gitRepos listed.
+func openWith(t *testing.T, dataDir string, gitRepos []string) backend.Driver {
+	t.Helper()
 	d, err := Open(t.Context(), backend.Options{DataDir: dataDir, Instance: "t", Exe: testutil.BuildSBX(t),
-		Log: testutil.Logger(t), OutputLimitBytes: 1 << 20, SpillLimitBytes: 64 << 20})
+		Log: testutil.Logger(t), OutputLimitBytes: 1 << 20, SpillLimitBytes: 64 << 20, GitRepos: gitRepos})
 	if err != nil {
 		t.Fatalf("Open = %v", err)
 	}
