@@ -316,6 +316,10 @@ func TestHostLeaves(t *testing.T) {
 	if got := hostView(); got != rel {
 		t.Errorf("the stand-in agent is born in %q, want the group %q", got, rel)
 	}
+	// A pid that is not there fails the settling (and so the start).
+	if err := g.SettleAgent(1<<30, 64); err == nil {
+		t.Errorf("SettleAgent of a pid that does not exist succeeded")
+	}
 	if err := g.SettleAgent(pid, 64); err != nil {
 		t.Fatalf("SettleAgent = %v", err)
 	}
