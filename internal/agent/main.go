@@ -75,7 +75,7 @@ func Main(cfgJSON []byte, initLayers map[string]string) {
 		unix.CloseOnExec(cfg.ReadyFD)
 	}
 	// Inherited descriptors stay with the agent: no child may inherit them.
-	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsFD, cfg.PidsDirFD, cfg.LogFD} {
+	for _, fd := range []int{cfg.ListenFD, cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsDirFD, cfg.LogFD} {
 		if fd > 2 {
 			unix.CloseOnExec(fd)
 		}
@@ -243,13 +243,25 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	return nil
 }
 
-// workPids makes, under the sandbox's v1 pids group (cfg.PidsDirFD), the
-// group every process the agent starts goes in, limited to cfg.WorkPids,
-// and returns its directory and pids.events fds. Without a pids directory it
-// returns cfg.PidsFD as the events fd.
+// workPids returns the fds of the group whose pids limit the processes the
+// agent starts count against: its directory, for the thread they are forked
+// from to join (v1), and its pids.events; -1 for none. On a v1 host it makes
+// that group under the sandbox's pids group (cfg.PidsDirFD), limited to
+// cfg.WorkPids. On a pure v2 host the daemon made and limited it: it is the
+// work leaf, cfg.CgroupFD, and the processes are born in groups under it.
 func workPids(cfg boot.AgentConfig) (dir, events int, err error) {
 	if cfg.PidsDirFD <= 0 {
-		return -1, cfg.PidsFD, nil
+		if cfg.CgroupFD <= 0 {
+			return -1, -1, nil
+		}
+		events, err := unix.Openat(cfg.CgroupFD, "pids.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) { // no pids controller there (hybrid: it is v1's)
+			return -1, -1, nil
+		}
+		if err != nil {
+			return -1, -1, fmt.Errorf("opening pids.events: %w", err)
+		}
+		return -1, events, nil
 	}
 	const name = cgroup.WorkGroup
 	if err := unix.Mkdirat(cfg.PidsDirFD, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {

@@ -64,8 +64,10 @@ type AgentConfig struct {
 	// agent's default (100 000).
 	ArchiveMaxEntries int64 `json:"archive_max_entries,omitempty"`
 	// CgroupFD, when > 0, is an inherited O_DIRECTORY fd of a cgroup v2 directory
-	// (the sandbox's own, in the unified hierarchy) under which the agent makes one
-	// group per process, so a kill reaches the whole tree through cgroup.kill.
+	// (the sandbox's own, in the unified hierarchy; on a pure v2 host its work
+	// leaf) under which the agent makes one group per process, so a kill
+	// reaches the whole tree through cgroup.kill. Its pids.events, when it has
+	// one (the work leaf's), tells that a fork hit the workload's pids limit.
 	CgroupFD int `json:"cgroup_fd,omitempty"`
 	// FreezerFD, when > 0 and CgroupFD is not, is the same for a cgroup v1 freezer
 	// directory: kill is freeze, SIGKILL every member, thaw.
@@ -73,9 +75,6 @@ type AgentConfig struct {
 	// OOMFD, when > 0, is an inherited fd of the sandbox's memory.events (v2) or
 	// memory.oom_control (v1); its oom_kill counter tells an OOM kill from others.
 	OOMFD int `json:"oom_fd,omitempty"`
-	// PidsFD, when > 0, is an inherited fd of the sandbox's pids.events, whose
-	// max counter tells that a fork hit the pids limit.
-	PidsFD int `json:"pids_fd,omitempty"`
 	// PidsDirFD, when > 0 (cgroup v1), is an inherited fd of the sandbox's
 	// pids directory: the agent makes its "work" group there, limited to
 	// WorkPids, and starts every process in it, so a fork bomb leaves the

@@ -37,10 +37,11 @@ import (
 
 // File descriptors in the init stage and the agent: after nsinit's plan and
 // status pipes (the status pipe is also the agent's ReadyFD) come the listening
-// socket, the sandbox's cgroup directory (v2, else the v1 freezer) and its OOM
-// counter file, all opened here on the host side; then, for the init stage
-// only, the socket the idmapped layers come on and the sealed sbx binary it
-// was executed from.
+// socket, the sandbox's cgroup directory (v2, else the v1 freezer; on a pure
+// v2 host its work leaf) and its OOM counter file, all opened here on the
+// host side; then, for the init stage only, the socket the idmapped layers
+// come on and the sealed sbx binary it was executed from; then the sandbox's
+// v1 pids directory.
 const (
 	listenFD = 5
 	cgroupFD = 6
@@ -55,7 +56,9 @@ const cleanupTimeout = 30 * time.Second
 
 // cloneFlags are the namespaces of the init stage. It is born in its cgroups
 // (the spawner forks it from a thread in them), so its new cgroup namespace is
-// rooted at them.
+// rooted at them; on a pure v2 host it is born in the sandbox's group, above
+// the agent and work leaves, and moved into the agent's before it gets its
+// plan (cgroup.Group.SettleAgent).
 // The user namespace comes first: every other namespace is owned by it, so
 // the capabilities the init holds there reach only the sandbox's own.
 const cloneFlags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS |
@@ -201,13 +204,18 @@ func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, err
 }
 
 // makeGroup makes the sandbox's cgroups, delegated to its root, with the
-// limits of spec.
+// limits of spec; on a pure v2 host with the agent and work leaves.
 func (d *Driver) makeGroup(b *box, spec sandbox.Spec) error {
 	g, err := d.layout.Create(d.cgroupPath(b.id))
 	if err != nil {
 		return err
 	}
 	b.group = g
+	if g.Leaves() {
+		if err := g.MakeLeaves(); err != nil {
+			return err
+		}
+	}
 	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
 		return err
 	}
@@ -385,10 +393,8 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 	}
 	if b.group.PidsDir() != "" {
 		cfg.PidsDirFD, cfg.WorkPids = pidsFD, spec.Pids
-	} else if b.group.PidsEventsFile() != "" {
-		cfg.PidsFD = pidsFD
 	}
-	for _, fd := range []int{cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsFD, cfg.PidsDirFD} {
+	for _, fd := range []int{cfg.CgroupFD, cfg.FreezerFD, cfg.OOMFD, cfg.PidsDirFD} {
 		if fd > 0 {
 			p.KeepFDs = append(p.KeepFDs, fd)
 		}
@@ -451,7 +457,8 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	defer logf.Close()
 
 	extra := []*os.File{planR, statusW, lnFile} // nsinit.PlanFD, nsinit.StatusFD, listenFD
-	cgDir := b.group.V2Dir()
+	// cgroupFD: the directory the agent makes each process's group in
+	cgDir := b.group.WorkDir()
 	if cgDir == "" {
 		cgDir = b.group.Dir("freezer")
 	}
@@ -485,11 +492,8 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	}
 	defer exe.Close()
 	extra = append(extra, mountsChild, exe) // mountsFD, exeFD
-	path := b.group.PidsDir()
-	if path == "" {
-		path = b.group.PidsEventsFile()
-	}
-	if path != "" { // pidsFD
+	// pidsFD: the v1 pids directory the agent makes the work group in
+	if path := b.group.PidsDir(); path != "" {
 		f, err := os.Open(path)
 		if err != nil {
 			return err
@@ -527,9 +531,22 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err := b.proc.HoldSpawned(pid, pidfd, d.spawner.exitOf(pid)); err != nil {
 		return err
 	}
+	// On a pure v2 host the init goes into the agent leaf, and the work leaf
+	// gets its pids limit, while the layers are sent: both before the plan,
+	// so nothing of the sandbox runs before its agent has room of its own.
+	settled := make(chan error, 1)
+	if b.group.Leaves() {
+		go func() { settled <- b.group.SettleAgent(pid, spec.Pids) }()
+	} else {
+		settled <- nil
+	}
 	// The init waits for its plan in its new namespaces, which exist now: the
 	// lower layers can be mapped into its user namespace.
-	if err := sendLayers(mounts, pid, b.root.lowers); err != nil {
+	err = sendLayers(mounts, pid, b.root.lowers)
+	if serr := <-settled; serr != nil {
+		return serr
+	}
+	if err != nil {
 		return err
 	}
 	b.phases.mark("layers")
@@ -608,14 +625,15 @@ func socketPair() (ours, theirs *os.File, err error) {
 
 // agentPids is the room for the agent's own threads and helpers above the
 // sandbox's pids limit, where the workload has a group of its own
-// (cgroup.WorkGroup): a fork bomb then cannot starve the agent.
+// (cgroup.WorkGroup: v1's pids hierarchy, v2's work leaf): a fork bomb then
+// cannot starve the agent.
 const agentPids = 32
 
 // limits are the cgroup limits of a sandbox of spec: its pids limit goes to
 // the workload's group where there is one, with the agent's room above it.
 func (d *Driver) limits(g *cgroup.Group, spec sandbox.Spec) cgroup.Limits {
 	lim := cgroup.Limits{MemoryBytes: spec.MemoryBytes, Pids: spec.Pids, MilliCPUs: spec.MilliCPUs}
-	if g.PidsDir() != "" && lim.Pids > 0 {
+	if (g.PidsDir() != "" || g.Leaves()) && lim.Pids > 0 {
 		lim.Pids += agentPids
 	}
 	return lim

@@ -116,17 +116,97 @@ func (g *Group) OOMFile() (path, format string) {
 	return "", ""
 }
 
-// WorkGroup is the child of a group, in the v1 pids hierarchy, that its
-// agent puts the processes it starts in: the group's own limit leaves room
-// for the agent above the workload's.
+// WorkGroup is where the processes a group's agent starts go, apart from
+// the agent: the group's own limits bound both together, the work group's
+// pids limit the workload alone, so a fork bomb leaves the agent room to
+// fork, answer and clean up. On a v1 host it is a child of the group in the
+// pids hierarchy, which the agent makes; on a pure v2 host a leaf of the
+// group (Leaves) beside AgentGroup.
 const WorkGroup = "work"
+
+// AgentGroup is the leaf of a group, on a pure v2 host, that its agent lives
+// in (Leaves).
+const AgentGroup = "agent"
 
 // PidsDir is the group's directory in the v1 pids hierarchy, or "".
 func (g *Group) PidsDir() string { return g.v1["pids"] }
 
-// SetWorkPids sets the pids limit of the group's WorkGroup, when there is one.
+// Leaves reports whether the group holds its processes in two leaves of its
+// own in the unified hierarchy, AgentGroup and WorkGroup: on a pure v2 host.
+// v2 lets no process live in a group whose children have a controller (the
+// "no internal processes" rule), and the work leaf's pids limit needs the
+// pids controller enabled for the group's children: so the agent cannot stay
+// in the group itself, and goes in a leaf of its own (SettleAgent).
+func (g *Group) Leaves() bool { return g.v2 != "" && g.layout.pureV2() }
+
+// WorkDir is the directory, in the unified hierarchy, that the groups of the
+// processes the agent starts are made under: the work leaf where the group
+// has leaves, else the group's own directory; "" without a unified hierarchy.
+func (g *Group) WorkDir() string {
+	if g.Leaves() {
+		return filepath.Join(g.v2, WorkGroup)
+	}
+	return g.v2
+}
+
+// MakeLeaves makes the group's agent and work leaves (Leaves) in the unified
+// hierarchy, while no process is in the group.
+func (g *Group) MakeLeaves() error {
+	if !g.Leaves() {
+		return fmt.Errorf("cgroup %s: leaves are made on a pure v2 host only", g.rel)
+	}
+	for _, name := range []string{AgentGroup, WorkGroup} {
+		dir := filepath.Join(g.v2, name)
+		if err := g.layout.mkdir(dir); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// SettleAgent moves process pid from the group's own v2 directory into its
+// agent leaf, then enables the pids controller for the leaves and limits the
+// work leaf to workPids (unlimited when 0), where the host has the pids
+// controller. The agent is born in the group itself, not in its leaf, so
+// that the cgroup namespace it makes at birth (CLONE_NEWCGROUP with
+// CLONE_INTO_CGROUP) is rooted at the group, above both leaves: under
+// nsdelegate a process may place children only in groups its namespace
+// holds, and the agent forks its workload into the work leaf. The move waits
+// for the kernel's threadgroup lock (an RCU grace period); the controller is
+// enabled only once no process is left in the group, as v2 requires.
+func (g *Group) SettleAgent(pid int, workPids int64) error {
+	if !g.Leaves() {
+		return fmt.Errorf("cgroup %s: no agent leaf: leaves are made on a pure v2 host only", g.rel)
+	}
+	agent := filepath.Join(g.v2, AgentGroup)
+	if err := writeFile(filepath.Join(agent, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("moving pid %d to cgroup %s: %w", pid, agent, err)
+	}
+	if !g.layout.Has("pids") {
+		return nil
+	}
+	if err := writeFile(filepath.Join(g.v2, "cgroup.subtree_control"), "+pids"); err != nil {
+		return fmt.Errorf("enabling the pids controller in %s: %w", g.v2, err)
+	}
+	if workPids <= 0 {
+		return nil
+	}
+	// Not SetWorkPids, which passes over a missing file: pids.max exists
+	// now, and a limit that cannot be set fails the start.
+	work := filepath.Join(g.v2, WorkGroup, "pids.max")
+	if err := writeFile(work, strconv.FormatInt(workPids, 10)); err != nil {
+		return fmt.Errorf("setting cgroup limit %s=%d: %w", work, workPids, err)
+	}
+	return nil
+}
+
+// SetWorkPids sets the pids limit of the group's WorkGroup, when there is one
+// with a pids controller.
 func (g *Group) SetWorkPids(n int64) error {
 	d := g.v1["pids"]
+	if g.Leaves() && g.layout.Has("pids") {
+		d = g.v2
+	}
 	if d == "" {
 		return nil
 	}
@@ -134,19 +214,10 @@ func (g *Group) SetWorkPids(n int64) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return err
-}
-
-// PidsEventsFile is the group's pids.events, whose max counter counts the
-// forks its pids limit refused; "" without a pids controller.
-func (g *Group) PidsEventsFile() string {
-	if d := g.v1["pids"]; d != "" {
-		return filepath.Join(d, "pids.events")
+	if err != nil {
+		return fmt.Errorf("setting cgroup limit %s/pids.max=%d: %w", WorkGroup, n, err)
 	}
-	if g.layout.pureV2() && g.layout.Has("pids") {
-		return filepath.Join(g.v2, "pids.events")
-	}
-	return ""
+	return nil
 }
 
 // dirs lists each directory of the group once: v2 first, then v1, sorted.
@@ -257,7 +328,10 @@ func (l *Layout) enableControllers(leaf string) error {
 }
 
 // SetLimits writes lim into the group: into v1 controllers where mounted, else
-// into the v2 group on a pure v2 host.
+// into the v2 group on a pure v2 host, each limit whose controller the host
+// has. On a pure v2 host they are the group's own, above its leaves: its
+// memory and CPU limits bound the agent and the workload together, as its
+// pids limit does (the work leaf's is SettleAgent's).
 func (g *Group) SetLimits(lim Limits) error {
 	var errs []error
 	set := func(dir, file, val string) {
@@ -265,17 +339,17 @@ func (g *Group) SetLimits(lim Limits) error {
 			errs = append(errs, fmt.Errorf("setting cgroup limit %s=%s: %w", file, val, err))
 		}
 	}
-	if g.layout.pureV2() {
-		if lim.MemoryBytes > 0 {
+	if g.layout.pureV2() { // each limit whose controller the host has, as on v1
+		if lim.MemoryBytes > 0 && g.layout.Has("memory") {
 			set(g.v2, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10))
 			if _, err := os.Stat(filepath.Join(g.v2, "memory.swap.max")); err == nil {
 				set(g.v2, "memory.swap.max", "0")
 			}
 		}
-		if lim.Pids > 0 {
+		if lim.Pids > 0 && g.layout.Has("pids") {
 			set(g.v2, "pids.max", strconv.FormatInt(lim.Pids, 10))
 		}
-		if lim.MilliCPUs > 0 {
+		if lim.MilliCPUs > 0 && g.layout.Has("cpu") {
 			set(g.v2, "cpu.max", fmt.Sprintf("%d %d", lim.MilliCPUs*cpuPeriodUS/1000, cpuPeriodUS))
 		}
 		return errors.Join(errs...)
@@ -582,13 +656,17 @@ func (g *Group) Stats() (Stats, error) {
 		}
 		return n
 	}
-	if g.layout.pureV2() {
-		st.MemoryBytes = num(filepath.Join(g.v2, "memory.current"))
-		if p := filepath.Join(g.v2, "memory.peak"); exists(p) {
-			st.MemoryPeakBytes = num(p)
+	if g.layout.pureV2() { // the group's own files: its leaves' sum
+		if g.layout.Has("memory") {
+			st.MemoryBytes = num(filepath.Join(g.v2, "memory.current"))
+			if p := filepath.Join(g.v2, "memory.peak"); exists(p) {
+				st.MemoryPeakBytes = num(p)
+			}
+			st.OOMKills, _ = readKey(filepath.Join(g.v2, "memory.events"), "oom_kill")
 		}
-		st.OOMKills, _ = readKey(filepath.Join(g.v2, "memory.events"), "oom_kill")
-		st.Pids = num(filepath.Join(g.v2, "pids.current"))
+		if g.layout.Has("pids") {
+			st.Pids = num(filepath.Join(g.v2, "pids.current"))
+		}
 	} else {
 		if d := g.v1["memory"]; d != "" {
 			st.MemoryBytes = num(filepath.Join(d, "memory.usage_in_bytes"))
@@ -757,16 +835,33 @@ var delegated = []string{".", "cgroup.procs", "cgroup.threads", "cgroup.subtree_
 // directories to uid:gid, as systemd delegates a unit's group: their owner
 // (the root of a sandbox's user namespace) may make groups under them and
 // move its own processes there, and nothing else: the limits' files stay
-// host root's.
+// host root's. Where the group has leaves (Leaves), the owner may make
+// groups under the work leaf (the directory and its cgroup.procs), and of
+// the group's own files has only cgroup.procs: the kernel wants the common
+// ancestor's writable to move a process between the leaves, which the
+// agent's fork into the work leaf does. The group's cgroup.subtree_control
+// stays host root's, so the pids controller that gives the work leaf its
+// limit cannot be turned off from inside.
 func (g *Group) Delegate(uid, gid int) error {
-	for _, dir := range []string{g.v2, g.v1["freezer"], g.v1["pids"]} {
-		if dir == "" {
+	type files struct {
+		dir   string
+		names []string
+	}
+	var all []files
+	if g.Leaves() {
+		all = append(all, files{g.v2, []string{"cgroup.procs"}}, files{filepath.Join(g.v2, WorkGroup), []string{".", "cgroup.procs"}})
+	} else {
+		all = append(all, files{g.v2, delegated})
+	}
+	all = append(all, files{g.v1["freezer"], delegated}, files{g.v1["pids"], delegated})
+	for _, f := range all {
+		if f.dir == "" {
 			continue
 		}
-		for _, name := range delegated {
-			err := os.Lchown(filepath.Join(dir, name), uid, gid)
+		for _, name := range f.names {
+			err := os.Lchown(filepath.Join(f.dir, name), uid, gid)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("delegating cgroup %s: %w", dir, err)
+				return fmt.Errorf("delegating cgroup %s: %w", f.dir, err)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 // fakeFiles are the interface files a fake group directory starts with.
 var fakeFiles = map[string]string{
-	"cgroup.procs": "", "cgroup.kill": "", "cgroup.events": "populated 0\nfrozen 0\n",
+	"cgroup.procs": "", "cgroup.threads": "", "cgroup.kill": "", "cgroup.events": "populated 0\nfrozen 0\n",
 	"cgroup.controllers": "cpu memory pids\n", "cgroup.subtree_control": "",
 	"memory.max": "max\n", "memory.swap.max": "max\n", "memory.current": "0\n", "memory.peak": "0\n",
 	"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n", "pids.max": "max\n",
