@@ -740,6 +740,10 @@ func (r Report) WriteTable(w io.Writer) {
 		row("create → first exec, pool off, tier allowlist, p50", n.CreateAllowlist, "the same, tier none", n.CreateNone.P50MS, "")
 		fmt.Fprintf(tw, "%d MiB over HTTP through the egress proxy\t%.0f MB/s\t\t\tthe same, direct\t%.0f MB/s\t%.2fx\n",
 			n.StreamMB, n.ProxyMBps, n.DirectMBps, n.ProxyMBps/n.DirectMBps)
+		if n.RelayMBps > 0 {
+			fmt.Fprintf(tw, "%d MiB over HTTP through the egress proxy\t%.0f MB/s\t\t\ta bare relay, same links\t%.0f MB/s\t%.2fx\n",
+				n.StreamMB, n.ProxyMBps, n.RelayMBps, n.ProxyMBps/n.RelayMBps)
+		}
 		row("HTTP request on a new connection via the proxy, p50", n.ProxyConn, "the same, direct", n.DirectConn.P50MS, "")
 	}
 	if r.IdleSandboxes > 0 {

@@ -27,11 +27,13 @@ type NetResult struct {
 	CreateNone      Summary `json:"create_none"`
 	CreateAllowlist Summary `json:"create_allowlist"`
 	// StreamMB MiB fetched over HTTP by curl: through the proxy from a
-	// sandbox of tier full (ProxyMBps), and directly from the daemon's
-	// namespace (DirectMBps), medians of 3.
+	// sandbox of tier full (ProxyMBps), directly from the daemon's
+	// namespace (DirectMBps), and through a bare relay over the same two
+	// links as the proxy's (RelayMBps, netlab.go), medians of 3.
 	StreamMB   int     `json:"stream_mb"`
 	ProxyMBps  float64 `json:"proxy_mb_per_s"`
 	DirectMBps float64 `json:"direct_mb_per_s"`
+	RelayMBps  float64 `json:"relay_mb_per_s"`
 	// ProxyConn and DirectConn are one HTTP request on a new connection,
 	// timed by curl, through the proxy and directly.
 	ProxyConn  Summary `json:"proxy_connection"`
@@ -68,9 +70,19 @@ func Network(ctx context.Context, none, allowlist API, full OutputAPI, lab *NetL
 	}
 	defer full.Delete(context.WithoutCancel(ctx), id)
 	n := int64(res.StreamMB) << 20
-	opts.progress("network: %d MiB over HTTP through the egress proxy and directly, 3 runs each", res.StreamMB)
+	opts.progress("network: %d MiB over HTTP through the egress proxy, directly and through a bare relay, 3 runs each", res.StreamMB)
 	curlSpeed := []string{"curl", "-sS", "--noproxy", "*", "-o", "/dev/null", "-w", "%{speed_download}"}
-	var proxied, direct []float64
+	var proxied, direct, relayed []float64
+	speed := func(what string, out string, err error) (float64, error) {
+		if err != nil {
+			return 0, err
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+		if err != nil {
+			return 0, fmt.Errorf("curl %s: %q", what, out)
+		}
+		return v / 1e6, nil
+	}
 	for range 3 {
 		out, code, err := full.Output(ctx, id, append(curlSpeed, lab.UpstreamURL()+"/bytes?n="+strconv.FormatInt(n, 10)))
 		if err != nil || code != 0 {
@@ -82,15 +94,17 @@ func Network(ctx context.Context, none, allowlist API, full OutputAPI, lab *NetL
 		}
 		proxied = append(proxied, v/1e6)
 		out, err = lab.direct(ctx, append(curlSpeed, lab.UpstreamAddrURL()+"/bytes?n="+strconv.FormatInt(n, 10))...)
-		if err != nil {
+		if v, err = speed("directly", out, err); err != nil {
 			return nil, err
 		}
-		if v, err = strconv.ParseFloat(strings.TrimSpace(out), 64); err != nil {
-			return nil, fmt.Errorf("curl directly: %q", out)
+		direct = append(direct, v)
+		out, err = lab.in(ctx, lab.clientNS(), append(curlSpeed, lab.RelayURL()+"/bytes?n="+strconv.FormatInt(n, 10))...)
+		if v, err = speed("through the relay", out, err); err != nil {
+			return nil, err
 		}
-		direct = append(direct, v/1e6)
+		relayed = append(relayed, v)
 	}
-	res.ProxyMBps, res.DirectMBps = median(proxied), median(direct)
+	res.ProxyMBps, res.DirectMBps, res.RelayMBps = median(proxied), median(direct), median(relayed)
 
 	k := max(opts.Runs, 50)
 	opts.progress("network: %d requests on new connections through the egress proxy and directly", k)
@@ -120,7 +134,12 @@ func Network(ctx context.Context, none, allowlist API, full OutputAPI, lab *NetL
 
 // direct runs argv in the lab's host namespace: the daemon's, beside it.
 func (l *NetLab) direct(ctx context.Context, argv ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + l.HostNS}, argv...)...)
+	return l.in(ctx, l.HostNS, argv...)
+}
+
+// in runs argv in the lab's namespace pinned at ns.
+func (l *NetLab) in(ctx context.Context, ns string, argv ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns}, argv...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("%s in the lab: %v: %s", argv[0], err, out)

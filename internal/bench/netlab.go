@@ -1,8 +1,10 @@
-// This file builds the network figures' lab: two network namespaces of the
-// bench's own, joined by a veth in 198.18.0.0/24 (the benchmarking range):
-// "host", where a private daemon runs, and "upstream", where an HTTP server
-// of this process answers. No packet reaches a real address, and the host's
-// own namespace is not changed.
+// This file builds the network figures' lab: three network namespaces of the
+// bench's own, in 198.18.0.0/15 (the benchmarking range): "host", where a
+// private daemon runs, joined by a veth to "upstream", where an HTTP server
+// of this process answers, and by another to "client", whose curl reaches
+// the upstream through a bare relay of this process in "host" (the peer of
+// the egress proxy: the same two links, no rules, no HTTP). No packet reaches
+// a real address, and the host's own namespace is not changed.
 
 package bench
 
@@ -10,12 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -25,11 +29,17 @@ import (
 	"sbx.dev/sbx/internal/osthread"
 )
 
-// Lab addresses: the daemon's namespace and the upstream server's.
+// Lab addresses: the daemon's namespace and the upstream server's; the
+// relay's and the client's.
 var (
 	labHostAddr     = netip.MustParsePrefix("198.18.0.1/24")
 	labUpstreamAddr = netip.MustParsePrefix("198.18.0.2/24")
+	labRelayAddr    = netip.MustParsePrefix("198.18.1.1/24")
+	labClientAddr   = netip.MustParsePrefix("198.18.1.2/24")
 )
+
+// labRelayPort is the relay's port in the host namespace.
+const labRelayPort = "8080"
 
 // LabUpstreamName is the upstream server's name, in the daemon's hosts file.
 const LabUpstreamName = "upstream.bench"
@@ -41,6 +51,10 @@ type NetLab struct {
 	HostNS, HostsFile string
 	dir               string
 	srv               *http.Server
+	relay             net.Listener
+	// lastPeer is the address the upstream server's last request came
+	// from (netip.AddrPort).
+	lastPeer atomic.Value
 }
 
 // UpstreamURL is the upstream server's base URL, by name.
@@ -48,6 +62,15 @@ func (l *NetLab) UpstreamURL() string { return "http://" + LabUpstreamName }
 
 // UpstreamAddrURL is the same by address, for a client in HostNS.
 func (l *NetLab) UpstreamAddrURL() string { return "http://" + labUpstreamAddr.Addr().String() }
+
+// RelayURL is the upstream server through the bare relay, for a client in
+// the client namespace.
+func (l *NetLab) RelayURL() string {
+	return "http://" + net.JoinHostPort(labRelayAddr.Addr().String(), labRelayPort)
+}
+
+func (l *NetLab) clientNS() string   { return filepath.Join(l.dir, "client") }
+func (l *NetLab) upstreamNS() string { return filepath.Join(l.dir, "upstream") }
 
 // NewNetLab builds the lab; Close takes it down.
 func NewNetLab() (_ *NetLab, retErr error) {
@@ -61,8 +84,8 @@ func NewNetLab() (_ *NetLab, retErr error) {
 			l.Close()
 		}
 	}()
-	up := filepath.Join(dir, "upstream")
-	for _, p := range []string{l.HostNS, up} {
+	up := l.upstreamNS()
+	for _, p := range []string{l.HostNS, up, l.clientNS()} {
 		if err := pin(p); err != nil {
 			return nil, err
 		}
@@ -70,52 +93,17 @@ func NewNetLab() (_ *NetLab, retErr error) {
 	if err := os.WriteFile(l.HostsFile, []byte("127.0.0.1 localhost\n"+labUpstreamAddr.Addr().String()+" "+LabUpstreamName+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	hostFD, err := os.Open(l.HostNS)
-	if err != nil {
+	if err := link(l.HostNS, up, "bench0", "bench1", labHostAddr, labUpstreamAddr); err != nil {
 		return nil, err
 	}
-	defer hostFD.Close()
+	if err := link(l.HostNS, l.clientNS(), "bench2", "bench3", labRelayAddr, labClientAddr); err != nil {
+		return nil, err
+	}
 	upFD, err := os.Open(up)
 	if err != nil {
 		return nil, err
 	}
 	defer upFD.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(hostFD.Fd()))
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	u, err := netlink.NewHandleAt(netns.NsHandle(upFD.Fd()))
-	if err != nil {
-		return nil, err
-	}
-	defer u.Close()
-	la := netlink.NewLinkAttrs()
-	la.Name = "bench0"
-	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "bench1", PeerNamespace: netlink.NsFd(upFD.Fd())}); err != nil {
-		return nil, fmt.Errorf("network lab: veth: %w", err)
-	}
-	for _, side := range []struct {
-		h    *netlink.Handle
-		link string
-		addr netip.Prefix
-	}{{h, "bench0", labHostAddr}, {u, "bench1", labUpstreamAddr}} {
-		for _, name := range []string{"lo", side.link} {
-			lk, err := side.h.LinkByName(name)
-			if err != nil {
-				return nil, err
-			}
-			if name != "lo" {
-				ipn := &net.IPNet{IP: side.addr.Addr().AsSlice(), Mask: net.CIDRMask(side.addr.Bits(), 32)}
-				if err := side.h.AddrAdd(lk, &netlink.Addr{IPNet: ipn}); err != nil {
-					return nil, fmt.Errorf("network lab: address: %w", err)
-				}
-			}
-			if err := side.h.LinkSetUp(lk); err != nil {
-				return nil, err
-			}
-		}
-	}
 	var ln net.Listener
 	if err := osthread.Discarded(func() error {
 		if err := unix.Setns(int(upFD.Fd()), unix.CLONE_NEWNET); err != nil {
@@ -126,9 +114,130 @@ func NewNetLab() (_ *NetLab, retErr error) {
 	}); err != nil {
 		return nil, fmt.Errorf("network lab: upstream listener: %w", err)
 	}
-	l.srv = &http.Server{Handler: http.HandlerFunc(serveLab), ReadHeaderTimeout: 10 * time.Second}
+	l.srv = &http.Server{Handler: http.HandlerFunc(l.serveLab), ReadHeaderTimeout: 10 * time.Second}
 	go l.srv.Serve(ln)
+	hostFD, err := os.Open(l.HostNS)
+	if err != nil {
+		return nil, err
+	}
+	defer hostFD.Close()
+	if err := osthread.Discarded(func() error {
+		if err := unix.Setns(int(hostFD.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+		l.relay, err = net.Listen("tcp4", net.JoinHostPort(labRelayAddr.Addr().String(), labRelayPort))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("network lab: relay listener: %w", err)
+	}
+	go l.serveRelay()
 	return l, nil
+}
+
+// link joins the namespaces pinned at a and b by a veth, aName (address
+// aAddr) in a and bName (bAddr) in b, and sets both up with their loopbacks.
+func link(a, b, aName, bName string, aAddr, bAddr netip.Prefix) error {
+	aFD, err := os.Open(a)
+	if err != nil {
+		return err
+	}
+	defer aFD.Close()
+	bFD, err := os.Open(b)
+	if err != nil {
+		return err
+	}
+	defer bFD.Close()
+	ah, err := netlink.NewHandleAt(netns.NsHandle(aFD.Fd()))
+	if err != nil {
+		return err
+	}
+	defer ah.Close()
+	bh, err := netlink.NewHandleAt(netns.NsHandle(bFD.Fd()))
+	if err != nil {
+		return err
+	}
+	defer bh.Close()
+	la := netlink.NewLinkAttrs()
+	la.Name = aName
+	if err := ah.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: bName, PeerNamespace: netlink.NsFd(bFD.Fd())}); err != nil {
+		return fmt.Errorf("network lab: veth %s: %w", aName, err)
+	}
+	for _, side := range []struct {
+		h    *netlink.Handle
+		link string
+		addr netip.Prefix
+	}{{ah, aName, aAddr}, {bh, bName, bAddr}} {
+		for _, name := range []string{"lo", side.link} {
+			lk, err := side.h.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if name != "lo" {
+				ipn := &net.IPNet{IP: side.addr.Addr().AsSlice(), Mask: net.CIDRMask(side.addr.Bits(), 32)}
+				if err := side.h.AddrAdd(lk, &netlink.Addr{IPNet: ipn}); err != nil {
+					return fmt.Errorf("network lab: address %s: %w", side.addr, err)
+				}
+			}
+			if err := side.h.LinkSetUp(lk); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serveRelay serves the relay's listener: each connection is joined to a
+// new one to the upstream server, made in the host namespace, bytes copied
+// both ways by io.Copy (splice between two TCP sockets) until both
+// directions end. It is what any TCP proxy must do at least: the egress
+// proxy's floor on the same links.
+func (l *NetLab) serveRelay() {
+	for {
+		c, err := l.relay.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := l.dialUpstream()
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{})
+			go func() {
+				io.Copy(up, c)
+				up.CloseWrite()
+				close(done)
+			}()
+			io.Copy(c, up)
+			c.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
+	}
+}
+
+// dialUpstream connects to the upstream server from the host namespace: a
+// socket belongs to the namespace of the thread that made it, so it is made
+// on a thread of its own moved there, never in the bench's own namespace.
+func (l *NetLab) dialUpstream() (*net.TCPConn, error) {
+	ns, err := os.Open(l.HostNS)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	var c net.Conn
+	err = osthread.Discarded(func() error {
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+		c, err = net.Dial("tcp4", net.JoinHostPort(labUpstreamAddr.Addr().String(), "80"))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
 // labChunk is what /bytes sends, over and over: small enough to stay in
@@ -136,7 +245,10 @@ func NewNetLab() (_ *NetLab, retErr error) {
 var labChunk = make([]byte, 32<<10)
 
 // serveLab answers "ok", or n bytes at /bytes?n=.
-func serveLab(w http.ResponseWriter, r *http.Request) {
+func (l *NetLab) serveLab(w http.ResponseWriter, r *http.Request) {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		l.lastPeer.Store(ap)
+	}
 	n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 	if r.URL.Path != "/bytes" || n <= 0 {
 		w.Write([]byte("ok\n"))
@@ -167,8 +279,8 @@ func pin(path string) error {
 	})
 }
 
-// Close stops the server and removes both namespaces (and the veth with
-// them).
+// Close stops the server and the relay and removes the namespaces (and
+// the veths with them).
 func (l *NetLab) Close() error {
 	var errs []error
 	if l.srv != nil {
@@ -176,7 +288,10 @@ func (l *NetLab) Close() error {
 		l.srv.Shutdown(ctx)
 		cancel()
 	}
-	for _, p := range []string{l.HostNS, filepath.Join(l.dir, "upstream")} {
+	if l.relay != nil {
+		l.relay.Close()
+	}
+	for _, p := range []string{l.HostNS, l.upstreamNS(), l.clientNS()} {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, err)
 		}

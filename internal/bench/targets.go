@@ -107,6 +107,12 @@ func (r *Report) Judge() {
 			judge("egress proxy throughput (HTTP)", n.ProxyMBps, "MB/s", "", 0, bound{limit: 1000}),
 			judge("egress proxy added per connection, p50", added(n.ProxyConn.P50MS, n.DirectConn.P50MS), "ms", "", 0, bound{atMost: true, limit: 1}),
 		)
+		if n.RelayMBps > 0 {
+			// The same stream over the same two links through a relay that
+			// only splices: what any TCP proxy costs at least, on this
+			// machine, now.
+			r.Targets = append(r.Targets, judge("egress proxy throughput, against a bare relay", n.ProxyMBps, "MB/s", "a bare relay, same links", n.RelayMBps, bound{limit: 0.8, ratio: true}))
+		}
 	}
 	if r.IdleSandboxes > 0 && r.MemoryUnavailable == "" {
 		r.Targets = append(r.Targets,
