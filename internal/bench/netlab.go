@@ -41,6 +41,15 @@ var (
 // labRelayPort is the relay's port in the host namespace.
 const labRelayPort = "8080"
 
+// upstreamMTU is the upstream link's MTU: loopback's class (a veth's
+// largest; lo has 65536), the kind of link the proxy's throughput target is
+// set on. The sandboxes' own links keep the daemon's MTU (the kernel's
+// default, 1500), and so does the relay's client link, which stands for one.
+const (
+	upstreamMTU = 65535
+	clientMTU   = 1500
+)
+
 // LabUpstreamName is the upstream server's name, in the daemon's hosts file.
 const LabUpstreamName = "upstream.bench"
 
@@ -93,10 +102,10 @@ func NewNetLab() (_ *NetLab, retErr error) {
 	if err := os.WriteFile(l.HostsFile, []byte("127.0.0.1 localhost\n"+labUpstreamAddr.Addr().String()+" "+LabUpstreamName+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	if err := link(l.HostNS, up, "bench0", "bench1", labHostAddr, labUpstreamAddr); err != nil {
+	if err := link(l.HostNS, up, "bench0", "bench1", labHostAddr, labUpstreamAddr, upstreamMTU); err != nil {
 		return nil, err
 	}
-	if err := link(l.HostNS, l.clientNS(), "bench2", "bench3", labRelayAddr, labClientAddr); err != nil {
+	if err := link(l.HostNS, l.clientNS(), "bench2", "bench3", labRelayAddr, labClientAddr, clientMTU); err != nil {
 		return nil, err
 	}
 	upFD, err := os.Open(up)
@@ -135,8 +144,9 @@ func NewNetLab() (_ *NetLab, retErr error) {
 }
 
 // link joins the namespaces pinned at a and b by a veth, aName (address
-// aAddr) in a and bName (bAddr) in b, and sets both up with their loopbacks.
-func link(a, b, aName, bName string, aAddr, bAddr netip.Prefix) error {
+// aAddr) in a and bName (bAddr) in b, of MTU mtu, and sets both up with
+// their loopbacks.
+func link(a, b, aName, bName string, aAddr, bAddr netip.Prefix, mtu int) error {
 	aFD, err := os.Open(a)
 	if err != nil {
 		return err
@@ -159,6 +169,7 @@ func link(a, b, aName, bName string, aAddr, bAddr netip.Prefix) error {
 	defer bh.Close()
 	la := netlink.NewLinkAttrs()
 	la.Name = aName
+	la.MTU = mtu
 	if err := ah.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: bName, PeerNamespace: netlink.NsFd(bFD.Fd())}); err != nil {
 		return fmt.Errorf("network lab: veth %s: %w", aName, err)
 	}
