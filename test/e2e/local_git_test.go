@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // The local backend's git staging jail, end to end: a daemon listing a host
@@ -21,60 +20,6 @@ import (
 // the host, byte for byte; the operator's two ways back (a bundle through
 // sbx cp, a fetch from the workspace's host path) bring the commit home.
 
-// gitHost runs git on the host in dir, away from the test user's own git
-// configuration and trusting every repository (the test's is another
-// user's), and returns its output.
-func gitHost(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	// A global file, not -c: git clears -c settings for a local clone's
-	// upload-pack, and safe.directory is read only from there.
-	global := filepath.Join(t.TempDir(), "gitconfig")
-	if err := os.WriteFile(global, []byte("[safe]\n\tdirectory = *\n[user]\n\tname = host\n\temail = host@example.invalid\n[init]\n\tdefaultBranch = main\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + global, "LC_ALL=C"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("host: git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// hashTree hashes the names, modes, contents and link targets under dir.
-func hashTree(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fmt.Fprintf(h, "%s\x00%v\x00", rel, fi.Mode())
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, "%d\x00", len(b))
-			h.Write(b)
-		} else if fi.Mode()&fs.ModeSymlink != 0 {
-			l, _ := os.Readlink(p)
-			h.Write([]byte(l))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("hashing %s: %v", dir, err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 func TestLocalGitStaging(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatalf("requires git (scripts/deps.sh installs it): %v", err)
@@ -83,16 +28,16 @@ func TestLocalGitStaging(t *testing.T) {
 	// can make it so (git then needs the sandbox's safe.directory).
 	repo := filepath.Join(t.TempDir(), "project")
 	os.Mkdir(repo, 0o755)
-	gitHost(t, repo, "init", "-q")
+	testutil.HostGit(t, repo, "init", "-q")
 	for _, f := range []string{"one", "two"} {
 		os.WriteFile(filepath.Join(repo, f+".txt"), []byte(f+"\n"), 0o644)
-		gitHost(t, repo, "add", ".")
-		gitHost(t, repo, "commit", "-q", "-m", "add "+f)
+		testutil.HostGit(t, repo, "add", ".")
+		testutil.HostGit(t, repo, "commit", "-q", "-m", "add "+f)
 	}
 	// git itself would refuse a push to the checked-out branch: let it, so
 	// that only the jail stands in the way.
-	gitHost(t, repo, "config", "receive.denyCurrentBranch", "ignore")
-	history := gitHost(t, repo, "log", "--format=%H")
+	testutil.HostGit(t, repo, "config", "receive.denyCurrentBranch", "ignore")
+	history := testutil.HostGit(t, repo, "log", "--format=%H")
 	head := strings.Fields(history)[0]
 	if os.Geteuid() == 0 {
 		err := filepath.WalkDir(repo, func(p string, _ fs.DirEntry, err error) error {
@@ -105,7 +50,7 @@ func TestLocalGitStaging(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := hashTree(t, repo)
+	before := testutil.TreeHash(t, repo)
 
 	d := startDaemon(t, "", "SANDBOX_BACKEND=local", "SBX_POOL_SIZE=0", "SBX_LOCAL_GIT_REPOS="+repo)
 	defer d.cleanup()
@@ -140,10 +85,10 @@ func TestLocalGitStaging(t *testing.T) {
 	// the sandbox.
 	msg := fail004(t, d, id, "git_push", map[string]any{"path": "project"}, 403, "git push failed", repo)
 	t.Logf("git_push refused: %s", msg)
-	if after := hashTree(t, repo); after != before {
+	if after := testutil.TreeHash(t, repo); after != before {
 		t.Errorf("the host repository changed under the sandbox's push")
 	}
-	if got := gitHost(t, repo, "log", "--format=%H", "--all"); got != history {
+	if got := testutil.HostGit(t, repo, "log", "--format=%H", "--all"); got != history {
 		t.Errorf("the host repository's history = %q, want %q", got, history)
 	}
 
@@ -157,19 +102,19 @@ func TestLocalGitStaging(t *testing.T) {
 		t.Fatalf("sbx cp of the bundle = %d: %s", code, stderr)
 	}
 	staging := filepath.Join(out, "staging")
-	gitHost(t, out, "clone", "-q", repo, staging)
-	gitHost(t, staging, "fetch", "-q", filepath.Join(out, "project.bundle"), "main:from-bundle")
-	if got := gitHost(t, staging, "rev-parse", "from-bundle"); got != commit.Commit {
+	testutil.HostGit(t, out, "clone", "-q", repo, staging)
+	testutil.HostGit(t, staging, "fetch", "-q", filepath.Join(out, "project.bundle"), "main:from-bundle")
+	if got := testutil.HostGit(t, staging, "rev-parse", "from-bundle"); got != commit.Commit {
 		t.Errorf("the bundle's main = %s, want the sandbox's commit %s", got, commit.Commit)
 	}
 	// Or a fetch from the workspace's host path: the local driver's data
 	// dir, the sandbox's id, its workspace (the sandbox's /).
 	ws := filepath.Join(d.dataDir, "backends", "local", id, "workspace")
-	gitHost(t, staging, "fetch", "-q", filepath.Join(ws, "workspace", "project"), "main:from-workspace")
-	if got := gitHost(t, staging, "rev-parse", "from-workspace"); got != commit.Commit {
+	testutil.HostGit(t, staging, "fetch", "-q", filepath.Join(ws, "workspace", "project"), "main:from-workspace")
+	if got := testutil.HostGit(t, staging, "rev-parse", "from-workspace"); got != commit.Commit {
 		t.Errorf("the workspace's main = %s, want the sandbox's commit %s", got, commit.Commit)
 	}
-	if after := hashTree(t, repo); after != before {
+	if after := testutil.TreeHash(t, repo); after != before {
 		t.Errorf("the host repository changed")
 	}
 }

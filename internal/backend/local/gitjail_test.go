@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/backend/backendtest"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // The git staging jail, checked with real git under real Landlock: every
@@ -32,26 +31,6 @@ func requireGit(t *testing.T) {
 	}
 }
 
-// hostGit runs git on the host, away from the test user's own git
-// configuration, trusting every repository (the tests' are chowned).
-func hostGit(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	// A global file, not -c: git clears -c settings for a local clone's
-	// upload-pack, and safe.directory is read only from there.
-	global := filepath.Join(t.TempDir(), "gitconfig")
-	if err := os.WriteFile(global, []byte("[safe]\n\tdirectory = *\n[user]\n\tname = host\n\temail = host@example.invalid\n[init]\n\tdefaultBranch = main\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + global, "LC_ALL=C"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("host: git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // hostRepo makes a repository with a work tree at dir with two commits on
 // main and returns their ids, newest first.
 func hostRepo(t *testing.T, dir string) []string {
@@ -59,53 +38,15 @@ func hostRepo(t *testing.T, dir string) []string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	hostGit(t, dir, "init", "-q")
+	testutil.HostGit(t, dir, "init", "-q")
 	for i, c := range []string{"one", "two"} {
 		if err := os.WriteFile(filepath.Join(dir, c+".txt"), []byte(c+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		hostGit(t, dir, "add", ".")
-		hostGit(t, dir, "commit", "-q", "-m", fmt.Sprintf("commit %d", i+1))
+		testutil.HostGit(t, dir, "add", ".")
+		testutil.HostGit(t, dir, "commit", "-q", "-m", fmt.Sprintf("commit %d", i+1))
 	}
-	return strings.Fields(hostGit(t, dir, "log", "--format=%H"))
-}
-
-// treeHash hashes everything under dir: each entry's name, type and
-// permission bits, a file's content and a symlink's target.
-func treeHash(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fmt.Fprintf(h, "%s\x00%v\x00", rel, fi.Mode())
-		switch {
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(h, "%d\x00", len(b))
-			h.Write(b)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			h.Write([]byte(l))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("hashing %s: %v", dir, err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return strings.Fields(testutil.HostGit(t, dir, "log", "--format=%H"))
 }
 
 // gitBox is a started local sandbox and a shell in it.
@@ -168,7 +109,7 @@ func TestGitCeiling(t *testing.T) {
 		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
 			top := t.TempDir()
 			hostRepo(t, top)
-			before := treeHash(t, filepath.Join(top, ".git"))
+			before := testutil.TreeHash(t, filepath.Join(top, ".git"))
 			var repos []string
 			if listed {
 				repos = []string{top} // readable: only the ceiling stops discovery
@@ -192,7 +133,7 @@ func TestGitCeiling(t *testing.T) {
 			if out := g.must("git init -q && git rev-parse --show-toplevel"); out != g.ws {
 				t.Errorf("after git init, --show-toplevel = %q, want the workspace %s", out, g.ws)
 			}
-			if after := treeHash(t, filepath.Join(top, ".git")); after != before {
+			if after := testutil.TreeHash(t, filepath.Join(top, ".git")); after != before {
 				t.Errorf("the repository above the workspace changed")
 			}
 		})
@@ -295,11 +236,11 @@ func TestGitStaging(t *testing.T) {
 	root := t.TempDir()
 	repo, bare, other := filepath.Join(root, "repo"), filepath.Join(root, "bare.git"), filepath.Join(root, "other")
 	commits := hostRepo(t, repo)
-	hostGit(t, root, "clone", "-q", "--bare", repo, bare)
+	testutil.HostGit(t, root, "clone", "-q", "--bare", repo, bare)
 	hostRepo(t, other)
 	// git itself would refuse a push to the checked-out branch: let it, so
 	// that only the jail stands in the way.
-	hostGit(t, repo, "config", "receive.denyCurrentBranch", "ignore")
+	testutil.HostGit(t, repo, "config", "receive.denyCurrentBranch", "ignore")
 	chowned := os.Geteuid() == 0
 	if chowned {
 		// Another user's repositories: git refuses them as "dubious" unless
@@ -310,7 +251,7 @@ func TestGitStaging(t *testing.T) {
 			}
 		}
 	}
-	before := map[string]string{repo: treeHash(t, repo), bare: treeHash(t, bare), other: treeHash(t, other)}
+	before := map[string]string{repo: testutil.TreeHash(t, repo), bare: testutil.TreeHash(t, bare), other: testutil.TreeHash(t, other)}
 	g := startGitBox(t, t.TempDir(), []string{repo, bare}, backendtest.Spec())
 
 	// Control: the listed repositories clone, by path and by file:// URL,
@@ -370,11 +311,11 @@ func TestGitStaging(t *testing.T) {
 	}
 
 	for dir, h := range before {
-		if got := treeHash(t, dir); got != h {
+		if got := testutil.TreeHash(t, dir); got != h {
 			t.Errorf("%s changed", dir)
 		}
 	}
-	if got := strings.Fields(hostGit(t, repo, "log", "--format=%H", "--all")); strings.Join(got, " ") != strings.Join(commits, " ") {
+	if got := strings.Fields(testutil.HostGit(t, repo, "log", "--format=%H", "--all")); strings.Join(got, " ") != strings.Join(commits, " ") {
 		t.Errorf("the host repository's history = %v, want %v unchanged", got, commits)
 	}
 }
