@@ -475,6 +475,9 @@ type BackendHealth struct {
 	// LayerReasons says why this host cannot apply each missing layer.
 	LayerReasons map[string]string `json:"layer_reasons,omitempty"`
 	Reasons      []string          `json:"reasons"`
+	// Templates are the templates a sandbox may be made from on this
+	// backend, host first; absent when it passes any name on (e2b).
+	Templates []string `json:"templates,omitempty"`
 }
 
 // IdempotencyKeyHeader makes POST /v1/sandboxes idempotent for its caller.

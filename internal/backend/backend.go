@@ -150,6 +150,9 @@ type Report struct {
 	Layers       map[string]sandbox.LayerState
 	LayerReasons map[string]string
 	Checks       []Check
+	// Templates are the templates a sandbox may be made from here, the
+	// default first; nil when the backend takes any name (a remote's).
+	Templates []string
 }
 
 // Check is one requirement a probe tested.

@@ -26,6 +26,8 @@ type BackendHealth struct {
 	// LayerReasons says why each missing layer is missing on this host.
 	LayerReasons map[string]string
 	Reasons      []string
+	// Templates are the templates it serves (Report.Templates).
+	Templates []string
 }
 
 // Health probes every configured driver; reports younger than reprobeInterval
@@ -43,7 +45,7 @@ func (m *Manager) Health(ctx context.Context) []BackendHealth {
 		p := probes[i]
 		h := BackendHealth{Name: nd.Name, Available: p.err == nil && p.report.Available,
 			Level: p.report.Level, Sandbox: p.report.Sandbox, Layers: p.report.Layers, LayerReasons: p.report.LayerReasons,
-			Reasons: p.report.Reasons()}
+			Reasons: p.report.Reasons(), Templates: p.report.Templates}
 		if p.err != nil {
 			h.Reasons = append(h.Reasons, "probe: "+p.err.Error())
 		}

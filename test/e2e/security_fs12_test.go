@@ -234,6 +234,17 @@ func fs12Control(r *run) error {
 			return fmt.Errorf("control: /dev inside = %q, want %q", v, devList)
 		}
 	}
+	// The daemon names them in its health: host first, then each template.
+	var h struct {
+		Backends []struct {
+			Name      string
+			Templates []string
+		}
+	}
+	_, hb := r.priv().apiQuiet("GET", "/v1/health", nil)
+	if json.Unmarshal(hb, &h) != nil || len(h.Backends) == 0 || !slices.Equal(h.Backends[0].Templates, append([]string{"host"}, slices.Sorted(slices.Values(fs12Templates))...)) {
+		return fmt.Errorf("control: GET /v1/health lists %.300s; want host and the row's templates", hb)
+	}
 	var sb struct {
 		Template  string
 		Isolation struct{ Level string }

@@ -119,7 +119,7 @@ func isolation() sandbox.Isolation {
 
 // Probe implements backend.Driver: always available, isolating nothing.
 func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
-	return backend.Report{Backend: Name, Available: true, Level: "none", Sandbox: false, Layers: isolation().Layers,
+	return backend.Report{Backend: Name, Available: true, Level: "none", Sandbox: false, Layers: isolation().Layers, Templates: []string{sandbox.TemplateHost},
 		Checks: []backend.Check{{Name: "host process", OK: true}}}, nil
 }
 

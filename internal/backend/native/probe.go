@@ -88,7 +88,7 @@ func (d *Driver) Probe(ctx context.Context) (backend.Report, error) {
 	}
 	check("sealed binary", err == nil, "the sealed copy of the sbx binary is missing (%v): restart sbx serve to make it again", err)
 
-	rep := backend.Report{Backend: Name, Available: true, Sandbox: true, Layers: d.layers(), Checks: checks}
+	rep := backend.Report{Backend: Name, Available: true, Sandbox: true, Layers: d.layers(), Checks: checks, Templates: d.templateNames()}
 	for l, st := range rep.Layers {
 		if st == sandbox.Missing {
 			if rep.LayerReasons == nil {

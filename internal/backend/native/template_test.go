@@ -103,6 +103,9 @@ func TestTemplateLookup(t *testing.T) {
 	d, _ := openTestWith(t, func(o *backend.Options) {
 		o.Templates = map[string]string{"mini": good, "etc-link": etcLink, "etc-file": etcFile}
 	}, "/bin/sh", "-c", "true")
+	if rep, err := d.Probe(t.Context()); err != nil || !slices.Equal(rep.Templates, []string{"host", "etc-file", "etc-link", "mini"}) {
+		t.Errorf("Probe lists templates %q, %v; want host first, then the directory templates by name", rep.Templates, err)
+	}
 
 	for _, tc := range []struct{ template, want string }{
 		{"ubuntu", `template "ubuntu" not found (known: host, etc-file, etc-link, mini)`},

@@ -214,7 +214,7 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 			out.Status = "ok"
 		}
 		out.Backends = append(out.Backends, openapi.BackendHealth{Name: h.Name, Available: h.Available,
-			Primary: h.Primary, Level: h.Level, Sandbox: h.Sandbox, Layers: layers, LayerReasons: h.LayerReasons, Reasons: reasons})
+			Primary: h.Primary, Level: h.Level, Sandbox: h.Sandbox, Layers: layers, LayerReasons: h.LayerReasons, Reasons: reasons, Templates: h.Templates})
 	}
 	if p := s.m.Pool(); p.Size > 0 {
 		out.Pool = &openapi.PoolHealth{Size: p.Size, Ready: p.Ready}
