@@ -50,6 +50,9 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 		}
 		tw.Flush()
 		for _, b := range h.Backends {
+			if len(b.Templates) > 0 {
+				fmt.Fprintf(e.stdout, "%s: templates: %s\n", b.Name, strings.Join(b.Templates, " "))
+			}
 			for _, l := range slices.Sorted(maps.Keys(b.LayerReasons)) {
 				fmt.Fprintf(e.stdout, "%s: layer %s missing: %s\n", b.Name, l, b.LayerReasons[l])
 			}

@@ -67,8 +67,8 @@ func TestCLIWalkthrough(t *testing.T) {
 	}
 	// The shared daemon runs the default warm pool of 4.
 	out, _, code = d.cli("health")
-	if code != 0 || !strings.Contains(out, "status: ok") || !strings.Contains(out, " of 4 ready") {
-		t.Errorf("sbx health = %d, want ok and the warm pool of 4:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "status: ok") || !strings.Contains(out, " of 4 ready") || !strings.Contains(out, "native: templates: host\n") {
+		t.Errorf("sbx health = %d, want ok, the warm pool of 4 and native's one template:\n%s", code, out)
 	}
 	out, _, code = d.cli("health", "--json")
 	var health struct{ Pool *struct{ Size, Ready int } }
