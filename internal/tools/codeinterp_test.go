@@ -17,43 +17,29 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/testutil"
+	"sbx.dev/sbx/internal/testutil/replagent"
 	"sbx.dev/sbx/internal/tools/repl"
 )
 
 // ciCallTimeout bounds any one test request, never a measure.
 const ciCallTimeout = 60 * time.Second
 
-// localHost is a ciHost whose one sandbox is this machine: its agent runs
-// real local processes (python3 is /usr/bin/python3), and its workdir is a
-// temporary directory. Paths are host paths.
+// localHost is a ciHost whose one sandbox is this machine: its agent
+// (replagent.LocalAgent) runs real local processes (python3 is
+// /usr/bin/python3), and its workdir is a temporary directory. Paths are
+// host paths.
 type localHost struct {
-	t       *testing.T
-	workdir string
+	*replagent.LocalAgent
 	timeout time.Duration
 
-	mu    sync.Mutex
-	gone  bool
-	procs map[string]*localProc
-	seq   int
-}
-
-// localProc is one process and its output log.
-type localProc struct {
-	info  sandbox.ProcessInfo
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-
-	mu      sync.Mutex
-	log     []byte
-	alive   bool
-	changed chan struct{} // closed on new output or exit
+	mu   sync.Mutex
+	gone bool
 }
 
 func newLocalHost(t *testing.T) *localHost {
@@ -61,15 +47,7 @@ func newLocalHost(t *testing.T) *localHost {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("/usr/bin/python3 is needed: apt-get install python3")
 	}
-	h := &localHost{t: t, workdir: t.TempDir(), timeout: ciCallTimeout, procs: map[string]*localProc{}}
-	t.Cleanup(func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for _, p := range h.procs {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		}
-	})
-	return h
+	return &localHost{LocalAgent: replagent.NewLocalAgent(t), timeout: ciCallTimeout}
 }
 
 func (h *localHost) Check(_ context.Context, id sandbox.ID) error {
@@ -85,163 +63,9 @@ func (h *localHost) Agent(sandbox.ID) ciAgent { return h }
 
 func (h *localHost) MaxTimeout() time.Duration { return h.timeout }
 
-func (h *localHost) Start(_ context.Context, argv []string, env map[string]string, cwd, tag string, logBytes int64) (string, error) {
-	if argv[0] == "python3" {
-		argv = append([]string{"/usr/bin/python3"}, argv[1:]...)
-	}
-	if cwd == "" {
-		cwd = h.workdir
-	}
-	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("%w: cwd '%s' does not exist", sandbox.ErrInvalid, cwd)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Dir = cwd
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", err
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return "", err
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return "", err
-	}
-	pw.Close()
-	h.mu.Lock()
-	h.seq++
-	p := &localProc{info: sandbox.ProcessInfo{ID: fmt.Sprintf("p%d", h.seq), Argv: argv, Cwd: cwd, Tag: tag, Running: true},
-		cmd: cmd, stdin: stdin, alive: true, changed: make(chan struct{})}
-	h.procs[p.info.ID] = p
-	h.mu.Unlock()
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := pr.Read(buf)
-			p.mu.Lock()
-			p.log = append(p.log, buf[:n]...)
-			p.notify()
-			p.mu.Unlock()
-			if err != nil {
-				pr.Close()
-				return
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		select {
-		case <-read:
-		case <-time.After(time.Second):
-		}
-		p.mu.Lock()
-		p.alive = false
-		p.notify()
-		p.mu.Unlock()
-	}()
-	return p.info.ID, nil
-}
-
-func (p *localProc) notify() {
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
-func (h *localHost) proc(id string) (*localProc, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if p := h.procs[id]; p != nil {
-		return p, nil
-	}
-	return nil, fmt.Errorf("process %s %w", id, sandbox.ErrNotFound)
-}
-
-func (h *localHost) Processes(context.Context) ([]sandbox.ProcessInfo, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []sandbox.ProcessInfo
-	for _, p := range h.procs {
-		p.mu.Lock()
-		info := p.info
-		info.Running = p.alive
-		p.mu.Unlock()
-		out = append(out, info)
-	}
-	return out, nil
-}
-
-func (h *localHost) Find(ctx context.Context, tag string) (string, bool, error) {
-	ps, _ := h.Processes(ctx)
-	for _, p := range ps {
-		if p.Tag == tag && p.Running {
-			return p.ID, true, nil
-		}
-	}
-	return "", false, nil
-}
-
-func (h *localHost) WriteStdin(_ context.Context, id string, data []byte) error {
-	p, err := h.proc(id)
-	if err != nil {
-		return err
-	}
-	_, err = p.stdin.Write(data)
-	return err
-}
-
-func (h *localHost) ReadOutput(ctx context.Context, id string, since int64, wait time.Duration) ([]byte, int64, int64, bool, error) {
-	p, err := h.proc(id)
-	if err != nil {
-		return nil, 0, 0, false, err
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	p.mu.Lock()
-	for int64(len(p.log)) <= since && p.alive {
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			p.mu.Lock()
-			end := int64(len(p.log))
-			p.mu.Unlock()
-			return nil, end, end, true, nil
-		case <-ctx.Done():
-			return nil, 0, 0, false, ctx.Err()
-		}
-		p.mu.Lock()
-	}
-	defer p.mu.Unlock()
-	start := min(since, int64(len(p.log)))
-	return bytes.Clone(p.log[start:]), start, int64(len(p.log)), p.alive, nil
-}
-
-func (h *localHost) Signal(_ context.Context, id string, sig int) error {
-	p, err := h.proc(id)
-	if err != nil {
-		return err
-	}
-	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.Signal(sig)); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	return nil
-}
-
 func (h *localHost) Stat(_ context.Context, path string) (sandbox.FileInfo, error) {
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(h.workdir, path)
+		path = filepath.Join(h.Root, path)
 	}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -505,7 +329,7 @@ func TestCodeInterpreterChart(t *testing.T) {
 // HTTP stream: output sent only at the end would leave it waiting.
 func TestCodeInterpreterStreamsWhileTheCellRuns(t *testing.T) {
 	f := newCIFixture(t)
-	gate := filepath.Join(f.host.workdir, "gate")
+	gate := filepath.Join(f.host.Root, "gate")
 	code := `import os, time
 print("first", flush=True)
 deadline = time.time() + 30
@@ -584,7 +408,7 @@ func (f *ciFixture) listContexts() []ciContext {
 func TestCodeInterpreterContexts(t *testing.T) {
 	f := newCIFixture(t)
 	dir := t.TempDir()
-	def := ciContext{ID: "python", Language: "python", Cwd: f.host.workdir}
+	def := ciContext{ID: "python", Language: "python", Cwd: f.host.Root}
 	if list := f.listContexts(); len(list) != 1 || list[0] != def {
 		t.Errorf("contexts at first: %+v, want the default %+v", list, def)
 	}
@@ -594,7 +418,7 @@ func TestCodeInterpreterContexts(t *testing.T) {
 		t.Errorf("created %+v (want cwd %s); running %v", c, dir, f.host.running("sbx-repl-"+c.ID))
 	}
 	d := f.createContext(`{}`) // python, in the workdir
-	if d.Cwd != f.host.workdir || d.ID == c.ID {
+	if d.Cwd != f.host.Root || d.ID == c.ID {
 		t.Errorf("created %+v beside %+v", d, c)
 	}
 	list := f.listContexts()

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/testutil/replagent"
 )
 
 // callTimeout is an upper bound on any one test call, never a measure.
@@ -23,7 +25,7 @@ const callTimeout = 60 * time.Second
 type fixture struct {
 	t  *testing.T
 	s  *Sessions
-	a  *localAgent
+	a  *replagent.LocalAgent
 	id string
 }
 
@@ -42,8 +44,8 @@ func newFixture(t *testing.T, llm LLM) *fixture {
 		t.Skipf("%s is needed: apt-get install python3", testPython())
 	}
 	t.Parallel()
-	a := newLocalAgent(t)
-	a.python = testPython()
+	a := replagent.NewLocalAgent(t)
+	a.Python = testPython()
 	return &fixture{t: t, s: NewSessions(llm), a: a, id: "sb-" + t.Name()}
 }
 
@@ -102,7 +104,7 @@ func TestStateIsKeptAcrossCalls(t *testing.T) {
 	f.value("round(math.pi, 2)", "3.14")
 	f.value("def twice(v):\n    return 2 * v\n\ntwice(x)", "82")
 	f.value("twice(1)", "2")
-	if n := f.a.startCount(); n != 1 {
+	if n := f.a.StartCount(); n != 1 {
 		t.Errorf("%d processes started, want 1", n)
 	}
 }
@@ -245,7 +247,7 @@ func TestRestartOption(t *testing.T) {
 	if !res.Restarted || res.ExecutionCount != 0 {
 		t.Errorf("restart without code: %+v", res)
 	}
-	if n := f.a.startCount(); n != 3 {
+	if n := f.a.StartCount(); n != 3 {
 		t.Errorf("%d processes started, want 3", n)
 	}
 	// The helpers are back after a restart.
@@ -255,7 +257,7 @@ func TestRestartOption(t *testing.T) {
 func TestHelpers(t *testing.T) {
 	f := newFixture(t, LLM{})
 	f.ok("import os\nwith open('data.txt', 'w') as fh:\n    fh.write('alpha\\nbeta\\nGamma\\ndelta\\n' + 'x' * 5000)")
-	path := filepath.Join(f.a.root, "data.txt")
+	path := filepath.Join(f.a.Root, "data.txt")
 
 	// peek
 	f.value("peek('abcdef', n=3)", "str, 6 chars (first 3 shown):\nabc\n[... 3 more chars]")
@@ -502,7 +504,7 @@ func TestNoPython(t *testing.T) {
 	for _, startFails := range []bool{false, true} {
 		t.Run(map[bool]string{false: "exits", true: "start-fails"}[startFails], func(t *testing.T) {
 			f := newFixture(t, LLM{})
-			f.a.python, f.a.startFails = "", startFails
+			f.a.Python, f.a.StartFails = "", startFails
 			_, err := f.s.Execute(context.Background(), f.id, f.a, "1", Options{})
 			if !errors.Is(err, ErrNoPython) || err.Error() != "repl_execute: python3 is not installed in this sandbox" {
 				t.Errorf("error %v, want ErrNoPython", err)
@@ -520,8 +522,8 @@ func TestDriverThatCannotStart(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, LLM{})
-			f.a.python = filepath.Join(t.TempDir(), "python3")
-			if err := os.WriteFile(f.a.python, []byte("#!/bin/sh\n"+c.script+"\n"), 0o755); err != nil {
+			f.a.Python = filepath.Join(t.TempDir(), "python3")
+			if err := os.WriteFile(f.a.Python, []byte("#!/bin/sh\n"+c.script+"\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			_, err := f.s.Execute(context.Background(), f.id, f.a, "1", Options{})
@@ -542,7 +544,7 @@ func TestResyncAfterDaemonRestart(t *testing.T) {
 	if res.Value != "10" || res.Restarted || res.ExecutionCount != 3 {
 		t.Errorf("after a daemon restart: %+v", res)
 	}
-	if n := f.a.startCount(); n != 1 {
+	if n := f.a.StartCount(); n != 1 {
 		t.Errorf("%d processes started, want 1", n)
 	}
 }
@@ -602,7 +604,7 @@ func TestCancelledCallInterruptsTheCell(t *testing.T) {
 	f.ok("x = 1")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { // once the cell runs
-		started := filepath.Join(f.a.root, "started")
+		started := filepath.Join(f.a.Root, "started")
 		for _, err := os.Stat(started); err != nil && ctx.Err() == nil; _, err = os.Stat(started) {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -643,7 +645,7 @@ func TestCallsOnOneSandboxAreSerialised(t *testing.T) {
 	}
 	f.value("log == [1, 2] * 4", "True")
 	// Another sandbox has a session of its own.
-	other := &fixture{t: t, s: f.s, a: newLocalAgent(t), id: "other"}
+	other := &fixture{t: t, s: f.s, a: replagent.NewLocalAgent(t), id: "other"}
 	other.raises("log", "NameError", "")
 	f.s.Forget("other")
 }

@@ -71,15 +71,15 @@ func TestNamedSessionsAreSeparate(t *testing.T) {
 	if res := f.in("a1", "import os\nx = 'a1'\nos.getcwd()"); res.Value != "'"+dir+"'" || res.ExecutionCount != 2 {
 		t.Errorf("a1: cwd %s, count %d; want %q and 2", res.Value, res.ExecutionCount, dir)
 	}
-	f.value("x, os.getcwd()", "('default', '"+f.a.root+"')")
+	f.value("x, os.getcwd()", "('default', '"+f.a.Root+"')")
 	// A daemon restart finds both again, each by its tag.
-	starts := f.a.startCount()
+	starts := f.a.StartCount()
 	f.s = NewSessions(LLM{})
 	if res := f.in("a1", "x"); res.Value != "'a1'" || res.Restarted {
 		t.Errorf("a1 after a daemon restart: %+v", res)
 	}
 	f.value("x", "'default'")
-	if n := f.a.startCount(); n != starts {
+	if n := f.a.StartCount(); n != starts {
 		t.Errorf("%d processes started after the restart, want none", n-starts)
 	}
 	// Open on a running session changes nothing.
@@ -200,7 +200,7 @@ func TestCallWaitingOnAClosedSession(t *testing.T) {
 	if err := <-waiting; !errors.Is(err, ErrClosed) {
 		t.Errorf("error %v, want ErrClosed", err)
 	}
-	if f.a.startCount() != 0 {
+	if f.a.StartCount() != 0 {
 		t.Error("a process was started")
 	}
 }

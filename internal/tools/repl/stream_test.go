@@ -42,7 +42,7 @@ func (o *output) text(stream string) string {
 // OnOutput: output that came only with the result would leave it waiting.
 func TestOutputIsStreamedWhileTheCellRuns(t *testing.T) {
 	f := newFixture(t, LLM{})
-	gate := filepath.Join(f.a.root, "gate")
+	gate := filepath.Join(f.a.Root, "gate")
 	var out output
 	opened := false
 	onOutput := func(stream, text string) {

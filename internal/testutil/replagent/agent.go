@@ -1,4 +1,6 @@
-package repl
+// Package replagent holds a repl.Agent for tests whose "sandbox" is this
+// machine: real local processes, only the transport is local.
+package replagent
 
 import (
 	"context"
@@ -11,20 +13,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/sandbox"
 )
 
-// localAgent is an Agent whose "sandbox" is this machine: Start runs a real
+// LocalAgent is an Agent whose "sandbox" is this machine: Start runs a real
 // local process (python3 is the real /usr/bin/python3), only the transport
 // is local. Files written land under root, the default cwd; a cwd is a
 // host path.
-type localAgent struct {
-	t      *testing.T
-	python string // what python3 resolves to; "" is a sandbox without it
-	// startFails makes a missing python3 fail Start itself, as an agent
+type LocalAgent struct {
+	// Python is what python3 resolves to; "" is a sandbox without it.
+	Python string
+	// StartFails makes a missing python3 fail Start itself, as an agent
 	// built on os/exec would, instead of a process that exits at once
 	// saying so, as the sbx agent does.
-	startFails bool
-	root       string
+	StartFails bool
+	// Root is the default cwd, a temporary directory.
+	Root string
 
 	mu     sync.Mutex
 	procs  map[string]*localProc
@@ -35,6 +40,7 @@ type localAgent struct {
 // localProc is one process and its output log.
 type localProc struct {
 	id, tag, cwd string
+	argv         []string
 	cmd          *exec.Cmd
 	stdin        io.WriteCloser
 	limit        int64
@@ -46,14 +52,14 @@ type localProc struct {
 	changed chan struct{} // closed on new output or exit
 }
 
-func newLocalAgent(t *testing.T) *localAgent {
-	a := &localAgent{t: t, python: "/usr/bin/python3", root: t.TempDir(),
-		procs: map[string]*localProc{}}
+// NewLocalAgent returns a LocalAgent whose processes are killed when t ends.
+func NewLocalAgent(t testing.TB) *LocalAgent {
+	a := &LocalAgent{Python: "/usr/bin/python3", Root: t.TempDir(), procs: map[string]*localProc{}}
 	t.Cleanup(a.killAll)
 	return a
 }
 
-func (a *localAgent) killAll() {
+func (a *LocalAgent) killAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, p := range a.procs {
@@ -63,24 +69,24 @@ func (a *localAgent) killAll() {
 	}
 }
 
-func (a *localAgent) Start(_ context.Context, argv []string, env map[string]string, cwd, tag string, logBytes int64) (string, error) {
+func (a *LocalAgent) Start(_ context.Context, argv []string, env map[string]string, cwd, tag string, logBytes int64) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.starts++
 	a.seq++
 	if cwd == "" {
-		cwd = a.root
+		cwd = a.Root
 	}
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("cwd '%s' does not exist", cwd)
+		return "", fmt.Errorf("%w: cwd '%s' does not exist", sandbox.ErrInvalid, cwd)
 	}
-	p := &localProc{id: fmt.Sprintf("p%d", a.seq), tag: tag, cwd: cwd, limit: logBytes, changed: make(chan struct{})}
+	p := &localProc{id: fmt.Sprintf("p%d", a.seq), tag: tag, cwd: cwd, argv: argv, limit: logBytes, changed: make(chan struct{})}
 	name := argv[0]
 	if name == "python3" {
-		name = a.python
+		name = a.Python
 	}
 	if name == "" {
-		if a.startFails {
+		if a.StartFails {
 			return "", fmt.Errorf("exec: %q: %w", argv[0], exec.ErrNotFound)
 		}
 		p.log = []byte("sbx: " + argv[0] + ": command not found\n")
@@ -108,7 +114,7 @@ func (a *localAgent) Start(_ context.Context, argv []string, env map[string]stri
 
 // spawn starts p in a process group of its own (Signal reaches the tree),
 // both output streams into one pipe.
-func (a *localAgent) spawn(p *localProc, name string, args []string, env map[string]string) error {
+func (a *LocalAgent) spawn(p *localProc, name string, args []string, env map[string]string) error {
 	cmd := exec.Command(name, args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
@@ -179,17 +185,17 @@ func (p *localProc) notify() {
 	p.changed = make(chan struct{})
 }
 
-func (a *localAgent) proc(id string) (*localProc, error) {
+func (a *LocalAgent) proc(id string) (*localProc, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.procs[id]
 	if p == nil {
-		return nil, fmt.Errorf("no process %q", id)
+		return nil, fmt.Errorf("process %s %w", id, sandbox.ErrNotFound)
 	}
 	return p, nil
 }
 
-func (a *localAgent) Find(_ context.Context, tag string) (string, bool, error) {
+func (a *LocalAgent) Find(_ context.Context, tag string) (string, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, p := range a.procs {
@@ -203,7 +209,7 @@ func (a *localAgent) Find(_ context.Context, tag string) (string, bool, error) {
 	return "", false, nil
 }
 
-func (a *localAgent) WriteStdin(_ context.Context, id string, data []byte) error {
+func (a *LocalAgent) WriteStdin(_ context.Context, id string, data []byte) error {
 	p, err := a.proc(id)
 	if err != nil {
 		return err
@@ -215,7 +221,7 @@ func (a *localAgent) WriteStdin(_ context.Context, id string, data []byte) error
 	return err
 }
 
-func (a *localAgent) ReadOutput(ctx context.Context, id string, since int64, wait time.Duration) ([]byte, int64, int64, bool, error) {
+func (a *LocalAgent) ReadOutput(ctx context.Context, id string, since int64, wait time.Duration) ([]byte, int64, int64, bool, error) {
 	p, err := a.proc(id)
 	if err != nil {
 		return nil, 0, 0, false, err
@@ -244,7 +250,7 @@ func (a *localAgent) ReadOutput(ctx context.Context, id string, since int64, wai
 	return append([]byte(nil), p.log[start-p.base:]...), start, end, p.alive, nil
 }
 
-func (a *localAgent) Signal(_ context.Context, id string, sig int) error {
+func (a *LocalAgent) Signal(_ context.Context, id string, sig int) error {
 	p, err := a.proc(id)
 	if err != nil {
 		return err
@@ -252,15 +258,28 @@ func (a *localAgent) Signal(_ context.Context, id string, sig int) error {
 	if p.cmd == nil {
 		return nil
 	}
-	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.Signal(sig)); err != nil && err != syscall.ESRCH {
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.Signal(sig)); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
 	return nil
 }
 
-// startCount is how many processes were started.
-func (a *localAgent) startCount() int {
+// StartCount is how many processes were started.
+func (a *LocalAgent) StartCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.starts
+}
+
+// Processes lists every process started, running or not.
+func (a *LocalAgent) Processes(context.Context) ([]sandbox.ProcessInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]sandbox.ProcessInfo, 0, len(a.procs))
+	for _, p := range a.procs {
+		p.mu.Lock()
+		out = append(out, sandbox.ProcessInfo{ID: p.id, Argv: p.argv, Cwd: p.cwd, Tag: p.tag, Running: p.alive})
+		p.mu.Unlock()
+	}
+	return out, nil
 }
