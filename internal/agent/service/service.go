@@ -71,11 +71,13 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(servicePath(filesystemconnect.FilesystemName), onFirstUse(func() (string, http.Handler) {
 		return filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...)
 	}))
-	agent, build := onFirstUseWarm(func() (string, http.Handler) {
-		return sbxagentconnect.NewAgentHandler(agentService{s}, opts...)
-	})
-	s.warmAgent = build
-	mux.Handle(servicePath(sbxagentconnect.AgentName), agent)
+	for _, r := range agentRoutes(agentService{s}, opts...) {
+		h, build := onFirstUseWarm(r.build)
+		if r.procedure == sbxagentconnect.AgentExecProcedure {
+			s.warmAgent = build
+		}
+		mux.Handle(r.procedure, h)
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
@@ -92,23 +94,23 @@ func servicePath(service string) string { return "/" + service + "/" }
 // milliseconds of every sandbox's start, mostly page faults, which a sandbox
 // that never calls the service (the envd services, for most) does not pay.
 func onFirstUse(build func() (string, http.Handler)) http.Handler {
-	h, _ := onFirstUseWarm(build)
+	h, _ := onFirstUseWarm(func() http.Handler {
+		_, h := build()
+		return h
+	})
 	return h
 }
 
 // onFirstUseWarm is onFirstUse that also returns a function building the
 // handler ahead of its first request.
-func onFirstUseWarm(build func() (string, http.Handler)) (http.Handler, func()) {
-	h := sync.OnceValue(func() http.Handler {
-		_, h := build()
-		return h
-	})
+func onFirstUseWarm(build func() http.Handler) (http.Handler, func()) {
+	h := sync.OnceValue(build)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) }), func() { h() }
 }
 
-// WarmAgent builds the sbx agent service's handler, which every exec the
-// daemon sends goes through, before its first request: a warm sandbox's
-// first exec then does not pay it. Call it after Handler.
+// WarmAgent builds the handler of the sbx agent service's Exec, which every
+// exec the daemon sends goes through, before its first request: a warm
+// sandbox's first exec then does not pay it. Call it after Handler.
 func (s *Server) WarmAgent() {
 	if s.warmAgent != nil {
 		s.warmAgent()
