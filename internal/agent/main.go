@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -194,7 +195,8 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		return notServing("confining processes: ", err)
 	}
 	nsinit.Mark("confinement")
-	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log,
+	warm := sync.OnceFunc(warmUp)
+	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log, WarmUp: warm,
 		Archive: files.ArchiveLimits{MaxBytes: cfg.ArchiveMaxBytes, MaxEntries: cfg.ArchiveMaxEntries}}, table, tree)
 	defer srv.Close()
 	var protos http.Protocols
@@ -221,8 +223,10 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	}
 	// The warm-up waits for a quiet moment: a sandbox used at once (no
 	// pool) serves its first requests without sharing its one P with it.
+	// The daemon's pool asks for the whole of it, a first process included
+	// (a Health call asking for warm: Server.Warm).
 	go act.whenIdle(warmIdle, func() {
-		warmUp()
+		warm()
 		srv.WarmAgent()
 	})
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())

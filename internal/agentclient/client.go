@@ -197,6 +197,14 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.wrap("health", err)
 }
 
+// Warm asks the agent to finish its warm-up, a first process included
+// (one no caller sees), and returns once it has: for a sandbox kept ahead
+// of demand, whose first exec then pays none of it.
+func (c *Client) Warm(ctx context.Context) error {
+	_, err := c.agent.Health(ctx, connect.NewRequest(&pb.HealthRequest{Warm: true}))
+	return c.wrap("warm", err)
+}
+
 // HealthInfo returns what the agent reports about itself.
 func (c *Client) HealthInfo(ctx context.Context) (*pb.HealthResponse, error) {
 	resp, err := c.agent.Health(ctx, connect.NewRequest(&pb.HealthRequest{}))

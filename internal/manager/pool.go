@@ -418,10 +418,15 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	client = agentclient.New(id, inst.Dial)
 	// Asked even when the driver saw it serve: off the create's path, the
 	// answer leaves the daemon's connection to the agent open and the
-	// agent's first request served, so the exec that takes the sandbox
-	// pays for neither.
+	// agent's first request served, and the warm-up done (its first
+	// process run: the first of its process groups, the spawn path's first
+	// use, the dynamic loader's lookups through the new root), so the exec
+	// that takes the sandbox pays for none of it.
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	err = client.WaitReady(rctx)
+	if err == nil {
+		err = client.Warm(rctx)
+	}
 	cancel()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -289,4 +290,76 @@ func TestExecWork(t *testing.T) {
 		t.Fatalf("strace saw %d execs of %d (%+v): the count is broken, not the agent", total.Execs, n, total)
 	}
 	checkWork(t, per, execBudget, "exec", "exec")
+}
+
+// A sandbox handed out by the warm pool has run the agent's warm-up process
+// (sbx-warm-up) through the same path as an exec: its first per-process
+// group exists before any exec, while the API lists no process; the exec
+// after it is listed alone. A sandbox made on demand (pool off), the
+// control, has no such group until its first exec: only the pool asks for
+// the warm-up's process.
+func TestWarmUp(t *testing.T) {
+	groups := func(id string) []string {
+		var parents []string
+		for _, pat := range []string{"/sys/fs/cgroup/unified/sbx/*/" + id, "/sys/fs/cgroup/freezer/sbx/*/" + id, "/sys/fs/cgroup/sbx/*/" + id + "/work"} {
+			m, _ := filepath.Glob(pat)
+			parents = append(parents, m...)
+		}
+		if len(parents) == 0 {
+			t.Skip("no per-process cgroups for this sandbox on this host (processes are killed by process group)")
+		}
+		return parents
+	}
+	hasFirst := func(id string) bool {
+		for _, p := range groups(id) {
+			if _, err := os.Stat(filepath.Join(p, "p1")); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	count := func(d *daemon, id string) int {
+		st, b := d.api("GET", "/v1/sandboxes/"+id+"/processes", nil)
+		if st != 200 {
+			t.Fatalf("list processes = %d %s", st, b)
+		}
+		var l struct {
+			Processes []json.RawMessage `json:"processes"`
+		}
+		if err := json.Unmarshal(b, &l); err != nil {
+			t.Fatalf("list processes: %v: %s", err, b)
+		}
+		return len(l.Processes)
+	}
+	for _, pool := range []bool{true, false} {
+		env := "SBX_POOL_SIZE=0"
+		if pool {
+			env = "SBX_POOL_SIZE=2"
+		}
+		d := startDaemon(t, "", env)
+		if pool && !waitUntil(time.Minute, func() bool {
+			_, b := d.apiQuiet("GET", "/v1/health", nil)
+			var h struct{ Pool *struct{ Ready, Size int } }
+			return json.Unmarshal(b, &h) == nil && h.Pool != nil && h.Pool.Size > 0 && h.Pool.Ready == h.Pool.Size
+		}) {
+			t.Fatal("the warm pool did not fill within a minute")
+		}
+		id := d.create(nil)
+		if got := hasFirst(id); got != pool {
+			t.Errorf("pool %v: a first process group before any exec: %v, want %v", pool, got, pool)
+		}
+		if n := count(d, id); n != 0 {
+			t.Errorf("pool %v: the API lists %d processes before any exec, want none (the warm-up is the agent's own)", pool, n)
+		}
+		if res := d.exec(id, map[string]any{"argv": []string{"true"}}); res.ExitCode != 0 {
+			t.Fatalf("exec true = %+v", res)
+		}
+		if n := count(d, id); n != 1 {
+			t.Errorf("pool %v: the API lists %d processes after one exec, want it alone", pool, n)
+		}
+		if !hasFirst(id) {
+			t.Errorf("pool %v: no first process group after an exec: the check is broken", pool)
+		}
+		d.cleanup()
+	}
 }

@@ -77,7 +77,12 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 }
 
 type HealthRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// warm asks the agent to finish its warm-up before it answers: everything
+	// a first request would otherwise pay, a first process included (one the
+	// callers never see). The daemon asks it of the sandboxes it keeps warm in
+	// its pool; the warm-up runs once, later asks answer at once.
+	Warm          bool `protobuf:"varint,1,opt,name=warm,proto3" json:"warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,6 +115,13 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
 	return file_sbxagent_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *HealthRequest) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
 }
 
 type HealthResponse struct {
@@ -2706,8 +2718,9 @@ var File_sbxagent_agent_proto protoreflect.FileDescriptor
 
 const file_sbxagent_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14sbxagent/agent.proto\x12\bsbxagent\x1a\x1bfilesystem/filesystem.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
-	"\rHealthRequest\"\x94\x01\n" +
+	"\x14sbxagent/agent.proto\x12\bsbxagent\x1a\x1bfilesystem/filesystem.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n" +
+	"\rHealthRequest\x12\x12\n" +
+	"\x04warm\x18\x01 \x01(\bR\x04warm\"\x94\x01\n" +
 	"\x0eHealthResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\x12\x1b\n" +

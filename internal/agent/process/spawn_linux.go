@@ -37,7 +37,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	}
 	p := &Proc{
 		Argv: s.Argv, Cwd: s.Cwd, Tag: s.Tag, PTY: s.PTY != nil, Envs: s.Envs,
-		t: t, done: make(chan struct{}), exit: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD), pids0: pidsMax(t.cfg.PidsFD),
+		t: t, unlisted: s.Unlisted, done: make(chan struct{}), exit: make(chan struct{}), oom0: oomKills(t.cfg.OOMFD), pids0: pidsMax(t.cfg.PidsFD),
 	}
 	limit := s.OutputLimitBytes
 	if limit <= 0 {
@@ -171,9 +171,7 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 	if err := cgroup.WriteFileAt(unix.AT_FDCWD, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj", workloadOOMScoreAdj); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.cfg.Log.Debug("raising a process's OOM score", "pid", pid, "err", err)
 	}
-	t.mu.Lock()
-	t.procs[p.ID] = p
-	t.mu.Unlock()
+	t.list(p)
 	if s.Timeout > 0 {
 		p.mu.Lock()
 		if p.status == nil {
@@ -480,10 +478,18 @@ func (t *Table) failed(p *Proc, err error) *Proc {
 	p.mu.Lock()
 	p.seal(&Result{ExitCode: code, Reason: ReasonExited})
 	p.mu.Unlock()
+	t.list(p)
+	return p
+}
+
+// list adds p to the table's processes, unless it is unlisted.
+func (t *Table) list(p *Proc) {
+	if p.unlisted {
+		return
+	}
 	t.mu.Lock()
 	t.procs[p.ID] = p
 	t.mu.Unlock()
-	return p
 }
 
 // lookPath resolves name as a shell would: a name with a slash is a path

@@ -169,6 +169,9 @@ type Spec struct {
 	OutputLogBytes int64
 	// Envs are the request's own variables, for envd's List.
 	Envs map[string]string
+	// Unlisted is the agent's own process: no caller sees it (it is not in
+	// the table's list, nor kept once it exited).
+	Unlisted bool
 }
 
 // Result is how a process ended and what it printed.
@@ -204,11 +207,12 @@ type Proc struct {
 	Envs      map[string]string
 	StartedAt time.Time
 
-	t     *Table
-	group *group
-	oom0  int64
-	pids0 int64 // the sandbox's pids.events max count at start, or -1
-	done  chan struct{}
+	t        *Table
+	unlisted bool // Spec.Unlisted
+	group    *group
+	oom0     int64
+	pids0    int64 // the sandbox's pids.events max count at start, or -1
+	done     chan struct{}
 	// exit is closed once the exit status is in (before done, which waits
 	// for the output too).
 	exit chan struct{}
@@ -760,6 +764,9 @@ func (p *Proc) retainedBytes() int64 {
 
 // retire keeps an exited process for Attach and Wait, evicting old ones.
 func (t *Table) retire(p *Proc, size int64) {
+	if p.unlisted {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.exitedQ = append(t.exitedQ, p)

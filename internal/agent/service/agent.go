@@ -23,7 +23,10 @@ type agentService struct{ s *Server }
 // agentKeepalive is how often a silent exec stream carries a keepalive.
 const agentKeepalive = 30 * time.Second
 
-func (a agentService) Health(ctx context.Context, _ *connect.Request[pb.HealthRequest]) (*connect.Response[pb.HealthResponse], error) {
+func (a agentService) Health(ctx context.Context, req *connect.Request[pb.HealthRequest]) (*connect.Response[pb.HealthResponse], error) {
+	if req.Msg.GetWarm() {
+		a.s.Warm()
+	}
 	return connect.NewResponse(&pb.HealthResponse{
 		Version:   a.s.cfg.Version,
 		Pid:       uint32(os.Getpid()),

@@ -1,0 +1,57 @@
+package process
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// An unlisted process runs as any other, but no caller sees it: it is not
+// in the table's list while it runs nor after it exited. A listed one, the
+// control, is.
+func TestUnlistedProcess(t *testing.T) {
+	tab := NewTable(Config{})
+	t.Cleanup(tab.Close)
+	dir := t.TempDir()
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	start := func(unlisted bool) *Proc {
+		t.Helper()
+		p, err := tab.Start(Spec{Argv: []string{"/bin/sh", "-c", "read x < /dev/null; echo ran"}, Env: env, Dir: dir, Timeout: time.Minute, Unlisted: unlisted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.Done():
+		case <-time.After(time.Minute):
+			t.Fatal("the process did not end")
+		}
+		if r := p.Result(); r.ExitCode != 0 || strings.TrimSpace(string(r.Stdout)) != "ran" {
+			t.Fatalf("result %+v, want exit 0 and \"ran\"", r)
+		}
+		return p
+	}
+	hidden := start(true)
+	if _, ok := tab.Get(hidden.ID); ok {
+		t.Errorf("the unlisted process %s is in the table", hidden.ID)
+	}
+	if l := tab.List(); len(l) != 0 {
+		t.Errorf("List = %d processes after an unlisted one, want none", len(l))
+	}
+	shown := start(false)
+	if _, ok := tab.Get(shown.ID); !ok {
+		t.Errorf("the listed process %s is not in the table", shown.ID)
+	}
+	if l := tab.List(); len(l) != 1 || l[0] != shown {
+		t.Errorf("List = %v, want the listed process alone", l)
+	}
+	// One that cannot start is not listed either.
+	p, err := tab.Start(Spec{Argv: []string{"/no/such/program"}, Env: env, Dir: dir, Unlisted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if _, ok := tab.Get(p.ID); ok || p.Result().ExitCode != 127 {
+		t.Errorf("a missing unlisted program: listed %v, exit %d (want unlisted, 127)", ok, p.Result().ExitCode)
+	}
+}
