@@ -70,6 +70,9 @@ type Options struct {
 	StreamMB int
 	// DaemonPID is the daemon's pid, for its RSS; 0 skips that figure.
 	DaemonPID int
+	// AgentBinary is the program a sandbox runs (the sealed sbx-agent), for
+	// the floors' agent start; "" skips those parts.
+	AgentBinary string
 	// E2B, when set, is how the E2B figure (e2b.go) reaches the daemon;
 	// nil skips it.
 	E2B *E2BTarget
@@ -85,6 +88,11 @@ type Report struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Targets are the run's targets, judged by Judge.
 	Targets []Target `json:"targets,omitempty"`
+	// Floors are the least each latency and throughput target's figure can
+	// be in sbx's design on this machine (floors.go), from FloorParts and
+	// the peers, filled by Judge.
+	Floors     []Floor     `json:"floors,omitempty"`
+	FloorParts *FloorParts `json:"floor_parts,omitempty"`
 	// ColdStart is create → first exec (`true`) done, as the daemon is configured
 	// (with its warm pool, by default), each sample taken once the pool is full:
 	// the latency of one create.
@@ -263,6 +271,10 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	} else {
 		rep.EchoUnavailable = "this API has no tool calls"
 	}
+	if err := measureFloors(ctx, api, id, opts, &rep); err != nil {
+		api.Delete(context.WithoutCancel(ctx), id)
+		return rep, err
+	}
 	api.Delete(ctx, id)
 
 	opts.progress("host spawn: %d warm-up + %d runs of true, no sandbox", opts.Warmup, opts.Runs)
@@ -350,6 +362,7 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 			rep.NamespacesThroughput, rep.NamespacesUnavailable = 0, err.Error()
 		}
 	}
+	measureHostFloors(ctx, opts, &rep)
 
 	if opts.Idle > 0 {
 		opts.progress("memory: %d idle sandboxes", opts.Idle)
@@ -780,6 +793,7 @@ func (r Report) WriteTable(w io.Writer) {
 		m, n := r.TargetsMet()
 		fmt.Fprintf(w, "%d of %d targets met\n", m, n)
 	}
+	r.writeFloors(w)
 	if r.BwrapUnavailable != "" {
 		fmt.Fprintf(w, "bwrap: %s\n", r.BwrapUnavailable)
 	}

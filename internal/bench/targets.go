@@ -120,6 +120,7 @@ func (r *Report) Judge() {
 			judge("agent PSS per idle sandbox", r.AgentPSSMB, "MB", "", 0, bound{atMost: true, limit: 3}),
 		)
 	}
+	r.floors()
 }
 
 // TargetsMet counts the targets met and the targets judged.

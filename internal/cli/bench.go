@@ -72,6 +72,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		opts.DaemonPID = d.cmd.Process.Pid
+		if agents, _ := filepath.Glob(filepath.Join(d.dir, "backends", *backendName, "bin", "sbx-agent-*")); len(agents) > 0 {
+			opts.AgentBinary = agents[0] // the program its sandboxes run, sealed at its start
+		}
 		api := &meteredAPI{benchAPI: &benchAPI{c: d.client, cliEnv: d.cliEnv}, pid: d.cmd.Process.Pid, dir: d.dir}
 		if *withE2B {
 			opts.E2B = &bench.E2BTarget{URL: d.url, Key: d.key, SDKDir: *e2bSDK}
@@ -210,6 +213,12 @@ func (a *benchAPI) Refusal(err error) (int, bool) {
 }
 
 func (a *benchAPI) Delete(ctx context.Context, id string) error { return a.c.Delete(ctx, id) }
+
+// AgentCall implements bench.AgentCaller: a stat of the sandbox's root.
+func (a *benchAPI) AgentCall(ctx context.Context, id string) error {
+	_, err := a.c.Stat(ctx, id, "/")
+	return err
+}
 
 func (a *benchAPI) Pool(ctx context.Context) (ready, size int, err error) {
 	h, err := a.c.Health(ctx)
