@@ -103,6 +103,10 @@ type Report struct {
 	// ColdStartNoPool is the same with the warm pool off: a sandbox built from
 	// nothing for each create.
 	ColdStartNoPool *Summary `json:"cold_start_no_pool,omitempty"`
+	// ColdStartPhases is where a pool-off create's time goes, step by step:
+	// medians of the daemon's own timings (phases.go), from creates of a
+	// private daemon logging at debug, apart from the figures above.
+	ColdStartPhases []Phase `json:"cold_start_phases,omitempty"`
 	// E2B is Sandbox.create → the first commands.run('true') through E2B's
 	// official JS SDK, beside the same through /v1 (e2b.go); absent when
 	// skipped, E2BUnavailable then says why.
@@ -794,6 +798,7 @@ func (r Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%d of %d targets met\n", m, n)
 	}
 	r.writeFloors(w)
+	r.writePhases(w)
 	if r.BwrapUnavailable != "" {
 		fmt.Fprintf(w, "bwrap: %s\n", r.BwrapUnavailable)
 	}

@@ -98,6 +98,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			return e.fail("bench", *asJSON, exitError, err)
 		}
 		rep.ColdStartNoPool = &s
+		if rep.ColdStartPhases, err = coldStartPhases(ctx, *backendName, opts); err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
 		if *withNet {
 			rep.Network, err = benchNetwork(ctx, *backendName, opts)
 			if err != nil {
@@ -114,6 +117,29 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	rep.WriteTable(e.stdout)
 	return exitOK
+}
+
+// phaseRuns is how many pool-off creates the step-by-step breakdown times.
+const phaseRuns = 60
+
+// coldStartPhases times pool-off creates of a private daemon logging at
+// debug, and returns the medians of the steps it logs for each: apart from
+// the figures (its logging is work they do not do).
+func coldStartPhases(ctx context.Context, backend string, opts bench.Options) ([]bench.Phase, error) {
+	opts.Warmup, opts.Runs = 5, min(max(opts.Runs, 1), phaseRuns)
+	fmt.Fprintf(opts.Progress, "pool-off create step by step: %d creates of a daemon logging at debug\n", opts.Runs)
+	plog := &bench.PhaseLog{Skip: opts.Warmup}
+	d, err := startPrivateDaemonLog(ctx, backend, "0", "", plog, "SBX_LOG_LEVEL=debug")
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	quiet := opts
+	quiet.Progress = nil
+	if _, err := bench.ColdStart(ctx, &benchAPI{c: d.client}, quiet, false); err != nil {
+		return nil, err
+	}
+	return plog.Medians(), nil
 }
 
 // benchNetwork measures the network figures: a private daemon, pool off, in
@@ -264,6 +290,12 @@ var benchListenLine = regexp.MustCompile(`listening on (http://\S+)`)
 // netns, when set, is the network namespace it runs in (reached over its
 // unix socket); env is added to its environment.
 func startPrivateDaemon(ctx context.Context, backend, poolSize, netns string, env ...string) (*privateDaemon, error) {
+	return startPrivateDaemonLog(ctx, backend, poolSize, netns, nil, env...)
+}
+
+// startPrivateDaemonLog is startPrivateDaemon whose log also goes to log
+// (when not nil).
+func startPrivateDaemonLog(ctx context.Context, backend, poolSize, netns string, log io.Writer, env ...string) (*privateDaemon, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the sbx binary: %w", err)
@@ -297,6 +329,9 @@ func startPrivateDaemon(ctx context.Context, backend, poolSize, netns string, en
 	}
 	var logBuf strings.Builder
 	cmd.Stderr = &limitedWriter{w: &logBuf, n: 64 << 10}
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(cmd.Stderr, log)
+	}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting a private sbx serve: %w", err)
