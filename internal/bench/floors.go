@@ -158,7 +158,8 @@ func agentStart(ctx context.Context, path string, args []string) (time.Duration,
 	return 0, fmt.Errorf("starting the sandbox's program %s: %v (want exit status %d): %s", path, err, agentStartExit, strings.TrimSpace(stderr.String()))
 }
 
-// floors fills r.Floors from the parts measured; a target some part of
+// floors fills r.Floors from the parts measured, each against its ratio
+// target (r.Targets: the figure, its peer and bound); a target some part of
 // whose floor was not measured gets none.
 func (r *Report) floors() {
 	r.Floors = nil
@@ -166,17 +167,9 @@ func (r *Report) floors() {
 	if fp == nil {
 		return
 	}
-	want := map[string]string{}
+	targets := map[string]Target{}
 	for _, t := range r.Targets {
-		want[t.Figure] = t.Want
-	}
-	var b50 float64
-	if r.BwrapOneShot != nil {
-		b50 = r.BwrapOneShot.P50MS
-	}
-	var rt float64
-	if r.RoundTrip != nil {
-		rt = r.RoundTrip.P50MS
+		targets[t.Figure] = t
 	}
 	p50 := func(s *Summary) float64 {
 		if s == nil {
@@ -184,45 +177,38 @@ func (r *Report) floors() {
 		}
 		return s.P50MS
 	}
-	// latency adds parts up against peer; value is the figure's own.
-	latency := func(figure string, value float64, peer string, peerValue, limit float64, parts ...FloorPart) {
+	// floor sums parts (a latency's) or takes its one part (a rate's).
+	floor := func(figure string, parts ...FloorPart) {
+		t, ok := targets[figure]
+		if !ok || !t.b.ratio || t.PeerValue <= 0 {
+			return
+		}
+		f := Floor{Target: figure, Parts: parts, Unit: t.Unit, Peer: t.Peer, PeerValue: t.PeerValue, Want: t.Want}
 		for _, p := range parts {
 			if p.Value <= 0 {
 				return
 			}
-		}
-		if peerValue <= 0 || want[figure] == "" {
-			return
-		}
-		f := Floor{Target: figure, Parts: parts, Unit: "ms", Peer: peer, PeerValue: peerValue, Want: want[figure]}
-		for _, p := range parts {
 			f.Value += p.Value
 		}
-		f.Ratio = f.Value / peerValue
-		f.Reachable = f.Ratio <= limit
-		f.Left = max(value-f.Value, 0)
+		f.Ratio = f.Value / t.PeerValue
+		f.Reachable = t.b.meets(f.Ratio)
+		if t.b.atMost {
+			f.Left = max(t.Value-f.Value, 0)
+		} else {
+			f.Left = max(f.Value-t.Value, 0)
+		}
 		r.Floors = append(r.Floors, f)
 	}
 	call := FloorPart{"API call through the daemon to the agent", p50(fp.AgentCall)}
 	spawn := FloorPart{"host spawn of true", r.HostSpawn.P50MS}
-	latency("exec in a live sandbox p50", r.Exec.P50MS, "host spawn of true", r.HostSpawn.P50MS, 1.5, spawn, call)
-	latency("create → first exec p50, pool full", r.ColdStart.P50MS, "bwrap one-shot true", b50, 0.6,
-		FloorPart{"API round trip (the create)", rt}, spawn, call)
-	if c := r.ColdStartNoPool; c != nil {
-		latency("create → first exec p50, pool off", c.P50MS, "bwrap one-shot true", b50, 1.5,
-			FloorPart{"unshare … true, one shot", p50(fp.NamespacesOneShot)},
-			FloorPart{"start of the sandbox's program (sbx-agent)", p50(fp.AgentStart)},
-			FloorPart{"API round trip (the create)", rt}, call)
-	}
-	figure := fmt.Sprintf("create+exec+destroy, %d workers", r.Concurrency)
-	if fp.NamespacesAgentThroughput > 0 && r.BwrapThroughput > 0 && want[figure] != "" {
-		f := Floor{Target: figure, Parts: []FloorPart{{"unshare … sbx-agent", fp.NamespacesAgentThroughput}},
-			Value: fp.NamespacesAgentThroughput, Unit: "/s", Peer: "bwrap one-shot true", PeerValue: r.BwrapThroughput, Want: want[figure]}
-		f.Ratio = f.Value / f.PeerValue
-		f.Reachable = f.Ratio >= 0.5
-		f.Left = max(f.Value-r.Throughput, 0)
-		r.Floors = append(r.Floors, f)
-	}
+	create := FloorPart{"API round trip (the create)", p50(r.RoundTrip)}
+	floor("exec in a live sandbox p50", spawn, call)
+	floor("create → first exec p50, pool full", create, spawn, call)
+	floor("create → first exec p50, pool off",
+		FloorPart{"unshare … true, one shot", p50(fp.NamespacesOneShot)},
+		FloorPart{"start of the sandbox's program (sbx-agent)", p50(fp.AgentStart)}, create, call)
+	floor(fmt.Sprintf("create+exec+destroy, %d workers", r.Concurrency),
+		FloorPart{"unshare … sbx-agent", fp.NamespacesAgentThroughput})
 }
 
 // writeFloors prints the floors after the targets.

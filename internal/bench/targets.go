@@ -22,6 +22,8 @@ type Target struct {
 	// (Unmeasured then says why).
 	Met        bool   `json:"met"`
 	Unmeasured string `json:"unmeasured,omitempty"`
+
+	b bound // what Want says
 }
 
 // target kinds: a ratio to a peer at most or at least limit, or a value at most limit.
@@ -43,7 +45,7 @@ func (b bound) want(unit string) string {
 }
 
 func judge(figure string, value float64, unit, peer string, peerValue float64, b bound) Target {
-	t := Target{Figure: figure, Value: value, Unit: unit, Want: b.want(unit)}
+	t := Target{Figure: figure, Value: value, Unit: unit, Want: b.want(unit), b: b}
 	if b.ratio {
 		t.Peer, t.PeerValue = peer, peerValue
 	}
@@ -60,11 +62,16 @@ func judge(figure string, value float64, unit, peer string, peerValue float64, b
 		t.Ratio = value / peerValue
 		x = t.Ratio
 	}
-	t.Met = x <= b.limit
-	if !b.atMost {
-		t.Met = x >= b.limit
-	}
+	t.Met = b.meets(x)
 	return t
+}
+
+// meets reports whether x (a ratio, for a ratio bound) is within b.
+func (b bound) meets(x float64) bool {
+	if b.atMost {
+		return x <= b.limit
+	}
+	return x >= b.limit
 }
 
 // Judge fills r.Targets from the figures measured: the targets of a sandbox
