@@ -195,8 +195,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		return notServing("confining processes: ", err)
 	}
 	nsinit.Mark("confinement")
-	warm := sync.OnceFunc(warmUp)
-	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log, WarmUp: warm,
+	srv := service.New(service.Config{Version: Version, Env: cfg.Env, Log: log, WarmUp: sync.OnceFunc(warmUp),
 		Archive: files.ArchiveLimits{MaxBytes: cfg.ArchiveMaxBytes, MaxEntries: cfg.ArchiveMaxEntries}}, table, tree)
 	defer srv.Close()
 	var protos http.Protocols
@@ -225,10 +224,7 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 	// pool) serves its first requests without sharing its one P with it.
 	// The daemon's pool asks for the whole of it, a first process included
 	// (a Health call asking for warm: Server.Warm).
-	go act.whenIdle(warmIdle, func() {
-		warm()
-		srv.WarmAgent()
-	})
+	go act.whenIdle(warmIdle, srv.WarmAgent)
 	log.Info("serving", "pid", os.Getpid(), "tree_kill", table.TreeKill())
 	select {
 	case <-ctx.Done():

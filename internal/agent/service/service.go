@@ -36,8 +36,9 @@ type Config struct {
 	Log *slog.Logger
 	// Archive caps extractions; zero fields mean files' defaults.
 	Archive files.ArchiveLimits
-	// WarmUp is the agent's own warm-up (mapping its code), run by Warm
-	// before the service's; nil for none. It must be safe to call twice.
+	// WarmUp is the agent's own warm-up (mapping its code), run by
+	// WarmAgent before the service's; nil for none. It must be safe to call
+	// twice.
 	WarmUp func()
 }
 
@@ -112,22 +113,23 @@ func onFirstUseWarm(build func() http.Handler) (http.Handler, func()) {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) }), func() { h() }
 }
 
-// WarmAgent builds the handler of the sbx agent service's Exec, which every
-// exec the daemon sends goes through, before its first request: a warm
-// sandbox's first exec then does not pay it. Call it after Handler.
+// WarmAgent runs the agent's own warm-up (Config.WarmUp) and builds the
+// handler of the sbx agent service's Exec, which every exec the daemon sends
+// goes through, before its first request: a warm sandbox's first exec then
+// does not pay them. Call it after Handler.
 func (s *Server) WarmAgent() {
+	if s.cfg.WarmUp != nil {
+		s.cfg.WarmUp()
+	}
 	if s.warmAgent != nil {
 		s.warmAgent()
 	}
 }
 
-// Warm finishes the warm-up: the agent's own (Config.WarmUp), Exec's
-// handler, and one first process (warmSpawnProcess), once; a call while
-// another runs waits for it. A Health call asking for warm runs it.
+// Warm finishes the warm-up: WarmAgent's, and one first process
+// (warmSpawnProcess), once; a call while another runs waits for it. A
+// Health call asking for warm runs it.
 func (s *Server) Warm() {
-	if s.cfg.WarmUp != nil {
-		s.cfg.WarmUp()
-	}
 	s.WarmAgent()
 	s.warmSpawn.Do(s.warmSpawnProcess)
 }

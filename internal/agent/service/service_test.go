@@ -60,13 +60,9 @@ func TestAgentRoutesCoverTheService(t *testing.T) {
 			t.Errorf("method %s has no route", m.Name())
 			continue
 		}
-		ct := "application/proto"
+		ct, body := "application/proto", ""
 		if m.IsStreamingServer() {
-			ct = "application/connect+proto"
-		}
-		body := ""
-		if m.IsStreamingServer() {
-			body = "\x00\x00\x00\x00\x00" // one empty message
+			ct, body = "application/connect+proto", "\x00\x00\x00\x00\x00" // one empty message
 		}
 		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 		req.Header.Set("Content-Type", ct)
