@@ -68,21 +68,13 @@ func BuildSkeleton(parent, hostRoot, etc string) (Skeleton, error) {
 			desc = append(desc, "dir "+name)
 		}
 	}
-	for _, d := range skeletonDirs {
-		desc = append(desc, fmt.Sprintf("dir %s %o", d.path, d.mode))
-	}
+	desc = append(desc, skeletonDesc()...)
 	if etc != "" { // its name is the hash of its content
 		desc = append(desc, "etc "+filepath.Base(etc))
 	}
 	dir, err := buildLayer(parent, "skel", desc, func(tmp string) error {
-		for _, d := range skeletonDirs {
-			p := filepath.Join(tmp, d.path)
-			if err := os.Mkdir(p, 0o755); err != nil {
-				return err
-			}
-			if err := os.Chmod(p, d.mode); err != nil {
-				return err
-			}
+		if err := makeSkeletonDirs(tmp); err != nil {
+			return err
 		}
 		for _, name := range sk.RealDirs {
 			if err := os.Mkdir(filepath.Join(tmp, name), 0o755); err != nil {
@@ -119,22 +111,30 @@ func BuildSkeleton(parent, hostRoot, etc string) (Skeleton, error) {
 // files go is a directory of the sandbox whatever the template holds there.
 // The layer is named by a hash of its content and reused when present.
 func BuildMountPoints(parent string) (string, error) {
+	return buildLayer(parent, "mountpoints", skeletonDesc(), makeSkeletonDirs)
+}
+
+// skeletonDesc describes skeletonDirs, for a layer's content hash.
+func skeletonDesc() []string {
 	var desc []string
 	for _, d := range skeletonDirs {
 		desc = append(desc, fmt.Sprintf("dir %s %o", d.path, d.mode))
 	}
-	return buildLayer(parent, "mountpoints", desc, func(tmp string) error {
-		for _, d := range skeletonDirs {
-			p := filepath.Join(tmp, d.path)
-			if err := os.Mkdir(p, 0o755); err != nil {
-				return err
-			}
-			if err := os.Chmod(p, d.mode); err != nil {
-				return err
-			}
+	return desc
+}
+
+// makeSkeletonDirs makes skeletonDirs under tmp, each with its mode.
+func makeSkeletonDirs(tmp string) error {
+	for _, d := range skeletonDirs {
+		p := filepath.Join(tmp, d.path)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
 		}
-		return nil
-	})
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // EtcSecrets are the paths under /etc (globs) no sandbox sees, even where
