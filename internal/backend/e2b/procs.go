@@ -118,8 +118,11 @@ type proc struct {
 	cwd, tag  string
 	pty       bool
 	startedAt time.Time
-	timeout   time.Duration // 0: none
-	stdin     bool          // started with a stdin pipe
+	// askedAt is when the start was sent: the remote counts the timeout
+	// from its receipt, before the start event reaches this side.
+	askedAt time.Time
+	timeout time.Duration // 0: none
+	stdin   bool          // started with a stdin pipe
 	// feed is written to stdin once it started, which is then closed with
 	// feedEOF.
 	feed    []byte
@@ -270,7 +273,7 @@ func (p *proc) finish(end *ppb.ProcessEvent_EndEvent, why string) {
 // p.mu is held.
 func (p *proc) exitOf(end *ppb.ProcessEvent_EndEvent, why string, now time.Time) *pb.ExecResult {
 	res := &pb.ExecResult{DurationMs: now.Sub(p.startedAt).Milliseconds()}
-	overdue := p.timeout > 0 && now.Sub(p.startedAt) >= p.timeout
+	overdue := p.timeout > 0 && now.Sub(p.askedAt) >= p.timeout
 	if end == nil {
 		switch {
 		case why == reasonSandboxKilled:
@@ -513,6 +516,7 @@ func (r *remote) launch(req *ppb.StartRequest, p *proc, started chan<- error) {
 		// startTimeout; once started, the stream lasts as long as the process.
 		ctx, giveUp := context.WithCancel(ctx)
 		timer := time.AfterFunc(startTimeout, giveUp)
+		p.askedAt = time.Now()
 		st, err := r.proc.Start(ctx, creq)
 		var pid uint32
 		var ev events

@@ -33,9 +33,11 @@ func TestExitOf(t *testing.T) {
 		killReason string
 		timeout    time.Duration
 		elapsed    time.Duration
-		code       int32
-		reason     string
-		signal     int32
+		// startLag: how long after the start was asked the start event came
+		startLag time.Duration
+		code     int32
+		reason   string
+		signal   int32
 	}{
 		{name: "exit 0", end: &ppb.ProcessEvent_EndEvent{Exited: true, Status: "exit status 0"}, reason: "exited"},
 		{name: "exit 3", end: &ppb.ProcessEvent_EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", Error: str("exit status 3")}, code: 3, reason: "exited"},
@@ -44,6 +46,8 @@ func TestExitOf(t *testing.T) {
 		{name: "killed by the adapter", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed"}, killReason: reasonKilled, code: 137, reason: "killed", signal: 9},
 		{name: "killed by someone", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed"}, code: 137, reason: "signaled", signal: 9},
 		{name: "killed at its lifetime", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed"}, timeout: time.Second, elapsed: 2 * time.Second, code: 124, reason: "timeout", signal: 9},
+		// The remote counts from the request; the start event came 5 ms later.
+		{name: "killed at its lifetime, start event late", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed"}, timeout: time.Second, elapsed: time.Second - 2*time.Millisecond, startLag: 5 * time.Millisecond, code: 124, reason: "timeout", signal: 9},
 		{name: "killed before its lifetime", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed"}, timeout: time.Hour, elapsed: time.Second, code: 137, reason: "signaled", signal: 9},
 		{name: "exit at its lifetime", end: &ppb.ProcessEvent_EndEvent{ExitCode: 1, Exited: true, Status: "exit status 1"}, timeout: time.Second, elapsed: 2 * time.Second, code: 1, reason: "exited"},
 		{name: "unknown signal", end: &ppb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: no such thing"}, code: -1, reason: "signaled"},
@@ -54,7 +58,7 @@ func TestExitOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Now()
-			p := &proc{startedAt: now.Add(-tc.elapsed), timeout: tc.timeout, killReason: tc.killReason}
+			p := &proc{startedAt: now.Add(-tc.elapsed), askedAt: now.Add(-tc.elapsed - tc.startLag), timeout: tc.timeout, killReason: tc.killReason}
 			res := p.exitOf(tc.end, tc.why, now)
 			if res.ExitCode != tc.code || res.Reason != tc.reason || res.Signal != tc.signal {
 				t.Errorf("exitOf(%v, %q) = %d %s %d, want %d %s %d", tc.end, tc.why, res.ExitCode, res.Reason, res.Signal, tc.code, tc.reason, tc.signal)
