@@ -211,6 +211,9 @@ func forward(w http.ResponseWriter, req *http.Request) {
 			writeHTTPError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: reaching its remote envd (e2b sandbox %s): %v", r.id, r.rid, err))
 		},
 	}
+	// Full duplex, as the daemon's own data plane: the remote may answer a
+	// stream before this side's transport has read the request body's end.
+	http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, req)
 }
 

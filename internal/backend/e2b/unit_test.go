@@ -304,3 +304,24 @@ func TestReadLines(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardFullDuplex: a remote envd that answers a stream before the
+// adapter has forwarded the whole request body still gets the rest, and
+// the caller the whole answer.
+func TestForwardFullDuplex(t *testing.T) {
+	up := httptest.NewServer(testutil.EarlyAnswer())
+	defer up.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	r := &remote{id: "sbxfullduplex", rid: "remote1", base: up.URL, d: &Driver{tr: tr}}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		forward(w, req.WithContext(context.WithValue(req.Context(), remoteKey{}, r)))
+	}))
+	defer front.Close()
+	req, err := http.NewRequest("POST", front.URL+"/process.Process/Connect", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	testutil.CheckFullDuplex(t, front.Client(), req)
+}

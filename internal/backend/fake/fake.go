@@ -51,7 +51,12 @@ type Driver struct {
 	agents       map[sandbox.ID]*agentState // of started or recovered sandboxes
 	scripts      map[string]Run             // by command (Script)
 	ports        map[sandbox.ID]PortDial    // by sandbox (ServePorts)
+	mux          *http.ServeMux             // the agents' routes (HandleAgent)
 }
+
+// HandleAgent adds a route to every fake agent: a test's stand-in for one
+// the fake does not serve (envd's process streams).
+func (d *Driver) HandleAgent(pattern string, h http.Handler) { d.mux.Handle(pattern, h) }
 
 // agentState is the fake agent of one sandbox; d.mu guards it.
 type agentState struct {
@@ -93,6 +98,7 @@ func New(name string) *Driver {
 	mux.HandleFunc("POST /files", g.upload)
 	mux.HandleFunc("GET /files/archive", g.downloadArchive)
 	mux.HandleFunc("POST /files/archive", g.extractArchive)
+	d.mux = mux
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)

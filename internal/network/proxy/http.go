@@ -222,6 +222,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "sbx egress proxy: %s: %v\n", dst, err)
 		},
 	}
+	// Full duplex: the upstream may answer before it has the whole request
+	// (a stream, an upload it refuses early); without it net/http closes
+	// the request's body as the answer begins and the transport forwarding
+	// it fails.
+	http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

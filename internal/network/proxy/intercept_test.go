@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/network/rules"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // testCA issues certificates for tests: one CA, leaves on demand.
@@ -98,6 +100,10 @@ func TestIntercept(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Host+" "+r.Header.Get("Authorization"))
 		mu.Unlock()
+		if r.URL.Path == "/duplex" {
+			testutil.EarlyAnswer().ServeHTTP(w, r)
+			return
+		}
 		fmt.Fprint(w, "ok")
 	}))
 	leaf, _ := upstreamCA.leaf("allowed.test")
@@ -137,6 +143,27 @@ func TestIntercept(t *testing.T) {
 	if len(seen) != 2 || seen[0] != "allowed.test Bearer "+testSecret || seen[1] != seen[0] {
 		t.Errorf("upstream saw %q, want the secret twice", seen)
 	}
+	seen = nil
+	mu.Unlock()
+
+	// An upstream answering before it has the whole request body (a
+	// stream's server) still gets the rest, and the sandbox the whole
+	// answer: the intercepted path is full duplex.
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			f.dst.Store(netip.MustParseAddrPort("198.18.1.10:443"))
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", f.ln.Addr().String())
+		},
+		TLSClientConfig: &tls.Config{ServerName: "allowed.test", RootCAs: proxyCA.pool},
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest("POST", "https://allowed.test/duplex", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckFullDuplex(t, &http.Client{Transport: tr}, req)
+	mu.Lock()
 	seen = nil
 	mu.Unlock()
 

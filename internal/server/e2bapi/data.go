@@ -194,6 +194,14 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id sandbox.I
 				Message: fmt.Sprintf("sandbox %s: its agent did not answer: %v", id, err)})
 		},
 	}
+	// Full duplex: net/http's HTTP/1 server drains and closes a request's
+	// body once its handler begins the answer, while the transport sending
+	// that body on still reads it once more past its length (to see that
+	// nothing follows). An agent that answers a stream's request at once (a
+	// Connect's start event) won that race under load: the transport's read
+	// failed, it closed the agent connection, and the SDK's stream ended
+	// with the process still running ("terminated").
+	http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

@@ -378,6 +378,26 @@ func TestDataPlane(t *testing.T) {
 	}
 }
 
+// TestDataPlaneFullDuplex: an agent that answers a stream before the
+// daemon has forwarded the whole request body (as envd's Connect sends its
+// start event on the request's first message) still gets the rest, and the
+// SDK the whole stream: the body is not closed under the forwarding
+// transport when the answer begins.
+func TestDataPlaneFullDuplex(t *testing.T) {
+	e := newEnv(t)
+	e.d.HandleAgent("POST /process.Process/Connect", testutil.EarlyAnswer())
+	sb := e.create(e.admin, `{"templateID":"base"}`)
+	req, err := http.NewRequest("POST", e.srv.URL+"/process.Process/Connect", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{headerSandboxID: sb.SandboxID, headerSandboxPort: "49983",
+		headerAccessToken: sb.EnvdAccessToken, "Content-Type": "application/connect+json"} {
+		req.Header.Set(k, v)
+	}
+	testutil.CheckFullDuplex(t, e.srv.Client(), req)
+}
+
 func TestDataPlaneCapabilities(t *testing.T) {
 	e := newEnv(t)
 	execOnly := e.key("exec-only", []string{tools.CapExec})

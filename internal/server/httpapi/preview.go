@@ -332,6 +332,11 @@ func (s *server) forward(rw *responseWriter, r *http.Request, t *proxyTarget, al
 			return nil
 		}
 	}
+	// Full duplex: the sandbox may answer before it has the whole request
+	// (a stream, an upload it refuses early); without it net/http closes
+	// the request's body as the answer begins and the transport forwarding
+	// it fails (see e2bapi's data plane).
+	http.NewResponseController(rw).EnableFullDuplex()
 	s.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, t)))
 	return nil
 }

@@ -732,6 +732,21 @@ func TestPreviewStreaming(t *testing.T) {
 	}
 }
 
+// TestPreviewFullDuplex: a sandbox's server that answers before it has the
+// whole request body (a stream, an upload it judges early) still gets the
+// rest, and the client the whole answer.
+func TestPreviewFullDuplex(t *testing.T) {
+	e := newPreviewEnv(t)
+	e.mux.Handle("/duplex", testutil.EarlyAnswer())
+	req, err := http.NewRequest("POST", e.srv.URL+"/duplex", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host(8000, e.id)
+	req.Header.Set(openapi.PreviewTokenHeader, e.token)
+	testutil.CheckFullDuplex(t, e.srv.Client(), req)
+}
+
 func TestPreviewWebSocket(t *testing.T) {
 	e := newPreviewEnv(t)
 	e.mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
