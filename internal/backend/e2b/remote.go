@@ -22,6 +22,7 @@ import (
 
 	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
 	"sbx.dev/sbx/api/agent/process/processconnect"
+	"sbx.dev/sbx/internal/fullduplex"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/sandbox"
 )
@@ -213,8 +214,7 @@ func forward(w http.ResponseWriter, req *http.Request) {
 	}
 	// Full duplex, as the daemon's own data plane: the remote may answer a
 	// stream before this side's transport has read the request body's end.
-	http.NewResponseController(w).EnableFullDuplex()
-	rp.ServeHTTP(w, req)
+	fullduplex.Serve(rp, w, req)
 }
 
 // writeHTTPError answers an HTTP route with envd's error body.

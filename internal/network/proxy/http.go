@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"sbx.dev/sbx/internal/fullduplex"
 )
 
 // looksHTTP says whether br starts with an HTTP/1 request line's method.
@@ -223,11 +225,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	// Full duplex: the upstream may answer before it has the whole request
-	// (a stream, an upload it refuses early); without it net/http closes
-	// the request's body as the answer begins and the transport forwarding
-	// it fails.
-	http.NewResponseController(w).EnableFullDuplex()
-	rp.ServeHTTP(w, r)
+	// (a stream, an upload it refuses early).
+	fullduplex.Serve(rp, w, r)
 }
 
 // dialUpstream is the transport's dial: addr is "name:port" of a request

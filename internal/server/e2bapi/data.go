@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"sbx.dev/sbx/internal/fullduplex"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
@@ -194,15 +195,12 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id sandbox.I
 				Message: fmt.Sprintf("sandbox %s: its agent did not answer: %v", id, err)})
 		},
 	}
-	// Full duplex: net/http's HTTP/1 server drains and closes a request's
-	// body once its handler begins the answer, while the transport sending
-	// that body on still reads it once more past its length (to see that
-	// nothing follows). An agent that answers a stream's request at once (a
-	// Connect's start event) won that race under load: the transport's read
-	// failed, it closed the agent connection, and the SDK's stream ended
-	// with the process still running ("terminated").
-	http.NewResponseController(w).EnableFullDuplex()
-	rp.ServeHTTP(w, r)
+	// Full duplex: the agent answers a stream's request at once (a Connect's
+	// start event). Without it that answer, under load, came before the
+	// transport's last read of the request body, which the server had
+	// closed meanwhile: the agent connection was cut, and the SDK's stream
+	// ended ("terminated") with the process running on.
+	fullduplex.Serve(rp, w, r)
 }
 
 // admitStart reads a process.Process/Start request to learn the command,

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/api/openapi"
+	"sbx.dev/sbx/internal/fullduplex"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
@@ -333,11 +334,8 @@ func (s *server) forward(rw *responseWriter, r *http.Request, t *proxyTarget, al
 		}
 	}
 	// Full duplex: the sandbox may answer before it has the whole request
-	// (a stream, an upload it refuses early); without it net/http closes
-	// the request's body as the answer begins and the transport forwarding
-	// it fails (see e2bapi's data plane).
-	http.NewResponseController(rw).EnableFullDuplex()
-	s.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, t)))
+	// (a stream, an upload it refuses early).
+	fullduplex.Serve(s.proxy, rw, r.WithContext(context.WithValue(r.Context(), proxyTargetKey{}, t)))
 	return nil
 }
 
