@@ -92,8 +92,10 @@ func (fakeSecrets) Rewrite(id, host string, h http.Header, secure bool) (left []
 // request's headers, and the request goes on over TLS verified against the
 // upstream's certificate. Elsewhere, and over plain HTTP, it is not.
 func TestIntercept(t *testing.T) {
-	f := newFakeNet(t, rules.Allowlist, []string{"allowed.test", "www.allowed.test"}, nil)
 	upstreamCA, proxyCA := newTestCA(t), newTestCA(t)
+	f := newFakeNet(t, rules.Allowlist, []string{"allowed.test", "www.allowed.test"}, nil, func(c *Config) {
+		c.Secrets, c.Leaf, c.UpstreamRoots = fakeSecrets{}, proxyCA.leaf, upstreamCA.pool
+	})
 	var mu sync.Mutex
 	var seen []string
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +113,6 @@ func TestIntercept(t *testing.T) {
 	up.StartTLS()
 	defer up.Close()
 	f.servers[netip.AddrPortFrom(allowedIP, 443)] = up.Listener.Addr().String()
-	f.p.cfg.Secrets, f.p.cfg.Leaf, f.p.cfg.UpstreamRoots = fakeSecrets{}, proxyCA.leaf, upstreamCA.pool
 
 	tlsGet := func(c net.Conn, sni string) (string, error) {
 		tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: proxyCA.pool})

@@ -47,7 +47,9 @@ var (
 	rawIP     = netip.MustParseAddr("198.18.1.30")
 )
 
-func newFakeNet(t testing.TB, mode rules.Mode, allow, block []string) *fakeNet {
+// newFakeNet starts a proxy over the fake net; each tweak changes its
+// Config before it serves (a Config is not changed while it does).
+func newFakeNet(t testing.TB, mode rules.Mode, allow, block []string, tweaks ...func(*Config)) *fakeNet {
 	t.Helper()
 	f := &fakeNet{t: t, names: map[string][]netip.Addr{
 		"allowed.test":     {allowedIP},
@@ -97,7 +99,7 @@ func newFakeNet(t testing.TB, mode rules.Mode, allow, block []string) *fakeNet {
 	}()
 	f.servers[netip.AddrPortFrom(rawIP, 22)] = raw.Addr().String()
 
-	f.p = New(Config{
+	cfg := Config{
 		Policy: func(src netip.Addr) (Sandbox, bool) {
 			if src != netip.MustParseAddr("127.0.0.1") {
 				return Sandbox{}, false
@@ -131,7 +133,11 @@ func newFakeNet(t testing.TB, mode rules.Mode, allow, block []string) *fakeNet {
 		},
 		ServerFirst: 100 * time.Millisecond,
 		FirstBytes:  500 * time.Millisecond,
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	f.p = New(cfg)
 	f.ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -468,8 +474,7 @@ func TestUnknownSourceAndCut(t *testing.T) {
 }
 
 func TestConnectionCap(t *testing.T) {
-	f := newFakeNet(t, rules.Full, nil, nil)
-	f.p.cfg.MaxConns = 3
+	f := newFakeNet(t, rules.Full, nil, nil, func(c *Config) { c.MaxConns = 3 })
 	var held []net.Conn
 	for range 3 {
 		c := f.connect("198.18.1.10:80")
