@@ -18,6 +18,7 @@ import (
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 const testBackend = "fake-daemontest"
@@ -29,28 +30,11 @@ func setup(t *testing.T) {
 	registerOnce.Do(func() { backend.Register(testBackend, fake.Open) })
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type daemon struct {
 	cancel context.CancelFunc
 	done   chan int
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testutil.SyncBuffer
+	stderr *testutil.SyncBuffer
 	url    string
 }
 
@@ -72,7 +56,7 @@ var listening = regexp.MustCompile(`^sbx listening on (http://127\.0\.0\.1:[0-9]
 func start(t *testing.T, dir string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	d := &daemon{cancel: cancel, done: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	d := &daemon{cancel: cancel, done: make(chan int, 1), stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}}
 	go func() { d.done <- run(ctx, args(dir), envFor(nil), d.stdout, d.stderr) }()
 	t.Cleanup(func() { d.stop(t) })
 	for range 60_000 { // bounded so a hang fails; nothing is asserted about speed
@@ -138,7 +122,7 @@ func TestServe(t *testing.T) {
 	}
 
 	// A second daemon on the same data directory fails, naming the directory.
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	if code := run(t.Context(), args(dir), envFor(nil), io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), dir) {
 		t.Errorf("second sbx serve = exit %d, stderr %q; want exit 1 naming %s", code, stderr.String(), dir)
 	}
@@ -203,7 +187,7 @@ func TestCommandLine(t *testing.T) {
 			"templates = [\"host\", \"py\"]", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out, errb syncBuffer
+			var out, errb testutil.SyncBuffer
 			code := run(t.Context(), tc.args, envFor(tc.env), &out, &errb)
 			if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.stderr) {
 				t.Errorf("sbx serve %q = exit %d, stdout %q, stderr %q; want %d, %q, %q",

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"sbx.dev/sbx/internal/secrets"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // The daemon makes its secrets key on the first start and keeps it: a
@@ -67,7 +68,7 @@ func TestServeSecrets(t *testing.T) {
 	}
 
 	os.Chmod(keyPath, 0o644)
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	code := run(context.Background(), args(dir), envFor(nil), io.Discard, &stderr)
 	if code == 0 || !strings.Contains(stderr.String(), keyPath) || !strings.Contains(stderr.String(), "mode 0644") {
 		t.Errorf("a start with secrets.key mode 0644 = %d, %q; want a failure naming the file and its mode", code, stderr.String())

@@ -8,7 +8,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"sbx.dev/sbx/internal/fullduplex"
@@ -58,7 +57,7 @@ func TestServeUnreadBody(t *testing.T) {
 	addr := up.URL
 	up.Close() // refused from now on
 	p := proxy(t, addr)
-	var logged syncBuffer
+	var logged testutil.SyncBuffer
 	p.Config.ErrorLog = log.New(&logged, "", 0)
 	c := p.Client()
 	for i := range 3 {
@@ -75,21 +74,4 @@ func TestServeUnreadBody(t *testing.T) {
 	if s := logged.String(); s != "" {
 		t.Errorf("the server logged: %s", s)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,37 +1,18 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/testutil"
 )
-
-// syncBuffer is a log sink the writer goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var admin = Key{ID: "key_admin", Name: store.AdminKeyName, Admin: true}
 
@@ -47,7 +28,7 @@ func find(recs []AuditRecord, action string) []AuditRecord {
 }
 
 func TestAuditRecordsCalls(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	e := newEnv(t, func(o *Options) {
 		o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

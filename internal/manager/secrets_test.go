@@ -16,6 +16,7 @@ import (
 	"sbx.dev/sbx/internal/backend/fake"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/secrets"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // fakeProxy is the egress proxy's side of proxy-mode secrets as the
@@ -92,7 +93,7 @@ type secretsEnv struct {
 	*env
 	d     *envDriver
 	proxy *fakeProxy
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 }
 
 func newSecretsEnv(t *testing.T, proxy *fakeProxy, tweak func(*Options)) *secretsEnv {
@@ -101,7 +102,7 @@ func newSecretsEnv(t *testing.T, proxy *fakeProxy, tweak func(*Options)) *secret
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := &secretsEnv{proxy: proxy, logs: &syncBuffer{}}
+	se := &secretsEnv{proxy: proxy, logs: &testutil.SyncBuffer{}}
 	se.env = newEnv(t, func(o *Options) {
 		se.d = &envDriver{Driver: o.Drivers[0].Driver.(*fake.Driver), envs: map[sandbox.ID]map[string]string{}}
 		o.Drivers[0].Driver = se.d

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 var sbxBin string
@@ -100,7 +101,7 @@ type daemon struct {
 	url      string
 	key      string
 	instance string
-	log      *lockedBuffer
+	log      *testutil.SyncBuffer
 	done     chan struct{}
 	env      []string
 	// netns, when set, is the network namespace the daemon runs in (its
@@ -109,23 +110,6 @@ type daemon struct {
 	netns  string
 	cliURL string
 	hc     *http.Client
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var listenLine = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
@@ -157,7 +141,7 @@ func startDaemonNetns(t *testing.T, bin, dataDir, netns string, env ...string) *
 			}
 		})
 	}
-	d := &daemon{t: t, dataDir: dataDir, log: &lockedBuffer{}, done: make(chan struct{}), env: env, netns: netns, hc: http.DefaultClient}
+	d := &daemon{t: t, dataDir: dataDir, log: &testutil.SyncBuffer{}, done: make(chan struct{}), env: env, netns: netns, hc: http.DefaultClient}
 	sock := filepath.Join(dataDir, "sbx.sock")
 	d.cmd = exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--socket", sock)
 	if netns != "" {

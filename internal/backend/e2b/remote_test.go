@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,24 +32,7 @@ type remoteDaemon struct {
 	url, key, instance, dir string
 	cmd                     *exec.Cmd
 	done                    chan struct{}
-	log                     *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log                     *testutil.SyncBuffer
 }
 
 var listening = regexp.MustCompile(`listening on (http://127\.0\.0\.1:[0-9]+)`)
@@ -68,7 +50,7 @@ func startRemote(t *testing.T) *remoteDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd := &remoteDaemon{dir: dir, done: make(chan struct{}), log: &lockedBuffer{}}
+	rd := &remoteDaemon{dir: dir, done: make(chan struct{}), log: &testutil.SyncBuffer{}}
 	rd.cmd = exec.Command(bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--socket", filepath.Join(dir, "sbx.sock"))
 	rd.cmd.Env = append(os.Environ(), "SANDBOX_BACKEND=native", "SBX_POOL_SIZE=0")
 	pr, pw := io.Pipe()

@@ -18,6 +18,7 @@ import (
 	"sbx.dev/sbx/internal/manager"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/secrets"
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // secretsAPI is the API over a real manager with a secret store and a fake
@@ -27,7 +28,7 @@ type secretsAPI struct {
 	*apiEnv
 	d      *envFake
 	proxy  *placeholders
-	logs   *lockedLog
+	logs   *testutil.SyncBuffer
 	bodies [][]byte
 }
 
@@ -74,30 +75,13 @@ func (p *placeholders) ForgetSecrets(id sandbox.ID) {
 	p.forgotten = append(p.forgotten, id)
 }
 
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func newSecretsAPI(t *testing.T) *secretsAPI {
 	t.Helper()
 	box, err := secrets.NewBox(bytes.Repeat([]byte{5}, secrets.KeyBytes))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &secretsAPI{proxy: &placeholders{}, logs: &lockedLog{}}
+	s := &secretsAPI{proxy: &placeholders{}, logs: &testutil.SyncBuffer{}}
 	log := slogTo(s.logs)
 	s.apiEnv = newAPI(t, Options{Log: log}, func(o *manager.Options) {
 		s.d = &envFake{Driver: o.Drivers[0].Driver.(*fake.Driver), envs: map[sandbox.ID]map[string]string{}}
