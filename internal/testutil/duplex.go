@@ -38,13 +38,9 @@ func EarlyAnswer() http.Handler {
 // through a proxy to an EarlyAnswer upstream, with a body of known length
 // sent in two parts: the second only once the answer's first line came
 // back. It fails t unless the answer is that line and then the whole body.
-//
-// net/http's HTTP/1 server drains and closes a request's unread body when
-// its handler begins the answer, unless the handler enabled full duplex: a
-// proxy that does not then sends no answer at all (its server waits for
-// the rest of a body the client holds back until the answer begins), and
-// when the client does not hold back, its transport's last read of the
-// body fails and cuts the upstream connection with the answer on it.
+// A proxy that does not serve full duplex (fullduplex.Serve says why it
+// must) sends no answer at all: its server drains the body before the
+// answer begins, waiting for a second part the client holds back.
 func CheckFullDuplex(t *testing.T, c *http.Client, req *http.Request) {
 	t.Helper()
 	const first, second = "the first part of the body\n", "the second part\n"
