@@ -27,6 +27,7 @@ import (
 	"sbx.dev/sbx/internal/server/httpapi"
 	"sbx.dev/sbx/internal/server/mcpserver"
 	"sbx.dev/sbx/internal/store"
+	"sbx.dev/sbx/internal/timerslack"
 	"sbx.dev/sbx/internal/tools"
 	"sbx.dev/sbx/internal/tools/repl"
 )
@@ -84,6 +85,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 // component=daemon.
 func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.Writer) (retErr error) {
 	log := base.With(logkey.Component, "daemon")
+	timerslack.Coarsen() // the spawner, and through it every agent, inherit it
 	dir := cfg.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating data directory: %w", err)

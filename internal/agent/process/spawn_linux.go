@@ -23,6 +23,7 @@ import (
 	"sbx.dev/sbx/internal/isolation/cgroup"
 	"sbx.dev/sbx/internal/osthread"
 	"sbx.dev/sbx/internal/ringlog"
+	"sbx.dev/sbx/internal/timerslack"
 )
 
 // workloadOOMScoreAdj is the oom_score_adj of every process the agent starts.
@@ -192,7 +193,11 @@ func (t *Table) Start(s Spec) (*Proc, error) {
 // outside its groups or unconfined.
 func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr) (pid int, err error) {
 	if g.kind != treeV1 && t.cfg.PidsJoinFD <= 0 && t.cfg.Confine == nil {
-		return syscall.ForkExec(path, argv, pa)
+		err = timerslack.Fork(func() (err error) {
+			pid, err = syscall.ForkExec(path, argv, pa)
+			return err
+		})
+		return pid, err
 	}
 	if g.kind != treeV1 {
 		st := t.spawner()
@@ -216,6 +221,9 @@ func (t *Table) fork(g *group, path string, argv []string, pa *syscall.ProcAttr)
 			if err := t.cfg.Confine(); err != nil {
 				return fmt.Errorf("confining: %w", err)
 			}
+		}
+		if err := timerslack.SetDefault(); err != nil {
+			return fmt.Errorf("setting the timer slack: %w", err)
 		}
 		pid, err = syscall.ForkExec(path, argv, pa)
 		return err
@@ -264,6 +272,11 @@ func (t *Table) spawner() *spawnThread {
 			if st.err == nil && t.cfg.Confine != nil {
 				if err := t.cfg.Confine(); err != nil {
 					st.err = fmt.Errorf("confining: %w", err)
+				}
+			}
+			if st.err == nil {
+				if err := timerslack.SetDefault(); err != nil {
+					st.err = fmt.Errorf("setting the timer slack: %w", err)
 				}
 			}
 			close(ready)

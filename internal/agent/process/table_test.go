@@ -2,9 +2,13 @@ package process
 
 import (
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/timerslack"
 )
 
 // An unlisted process runs as any other, but no caller sees it: it is not
@@ -53,5 +57,42 @@ func TestUnlistedProcess(t *testing.T) {
 	<-p.Done()
 	if _, ok := tab.Get(p.ID); ok || p.Result().ExitCode != 127 {
 		t.Errorf("a missing unlisted program: listed %v, exit %d (want unlisted, 127)", ok, p.Result().ExitCode)
+	}
+}
+
+// The processes the table starts have the kernel's default timer slack,
+// whatever the agent's own (timerslack.Coarse, inherited from the spawner):
+// forked directly and from the spawn thread. The control: a program the
+// test process starts itself inherits the coarse one.
+func TestWorkloadTimerSlack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("coarsening the test's other threads needs CAP_SYS_NICE")
+	}
+	timerslack.Coarsen()
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	read := func(cfg Config) string {
+		t.Helper()
+		tab := NewTable(cfg)
+		defer tab.Close()
+		p, err := tab.Start(Spec{Argv: []string{"cat", "/proc/self/timerslack_ns"}, Env: env, Dir: t.TempDir(), Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+		return strings.TrimSpace(string(p.Result().Stdout))
+	}
+	out, err := exec.Command("cat", "/proc/self/timerslack_ns").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != strconv.Itoa(timerslack.Coarse) {
+		t.Fatalf("a child of the coarsened test process: slack %s, want %d", got, timerslack.Coarse)
+	}
+	want := strconv.Itoa(timerslack.Default)
+	if got := read(Config{}); got != want {
+		t.Errorf("forked directly: slack %q, want %s", got, want)
+	}
+	if got := read(Config{Confine: func() error { return nil }}); got != want {
+		t.Errorf("forked from the spawn thread: slack %q, want %s", got, want)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/isolation/cgroup"
 	"sbx.dev/sbx/internal/sandbox"
+	"sbx.dev/sbx/internal/timerslack"
 )
 
 // Request is one process to start. Its files travel as SCM_RIGHTS, in
@@ -89,6 +90,7 @@ func CloseFDs(fds []int) {
 // Main is the spawner stage (boot.SpawnerArg): it serves the daemon on fd 3
 // until the daemon's end closes, then exits.
 func Main() {
+	timerslack.Coarsen() // the inits it forks, sbx's agents, inherit it
 	conn := 3
 	var send sync.Mutex
 	// sayLocked sends m; the caller holds send.
