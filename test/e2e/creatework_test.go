@@ -23,6 +23,10 @@ type createWork struct {
 	Mounts    int // mount(2), open_tree, move_mount, mount_setattr
 	Mkdirs    int // mkdir, mkdirat
 	Unshares  int
+	// NoNewPrivs is prctl(PR_SET_NO_NEW_PRIVS) calls: the init setting it
+	// process-wide stops every thread, one call each; born with it from
+	// the spawner, it sets none.
+	NoNewPrivs int
 	// KernelLog is the overlayfs lines the kernel logged: a warning per
 	// mount is both work (printk to the console) and noise in the host's log.
 	KernelLog int
@@ -33,7 +37,7 @@ type createWork struct {
 // directory instead of a link into /usr (TopLinks) adds one overlay: one mount
 // and its dirs. Lower a figure when a change removes work; a change that adds
 // work fails here first.
-var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 22, Unshares: 1, KernelLog: 0}
+var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 22, Unshares: 1, NoNewPrivs: 2, KernelLog: 0}
 
 // TestCreateWork is the regression guard of the create path's cost: it counts
 // work, not time, so it cannot flake on a noisy machine.
@@ -80,7 +84,7 @@ func traceWork(t *testing.T, pids []int, n int, work func()) createWork {
 		t.Fatalf("strace is needed (make test installs it): %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "strace")
-	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare"}
+	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare,prctl"}
 	for _, pid := range pids {
 		args = append(args, "-p", fmt.Sprint(pid))
 	}
@@ -109,7 +113,7 @@ func (w createWork) per(n int) createWork {
 	return createWork{
 		GoStarts: ceilDiv(w.GoStarts, n), Processes: ceilDiv(w.Processes, n), Execs: ceilDiv(w.Execs, n),
 		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n),
-		KernelLog: ceilDiv(w.KernelLog, n),
+		NoNewPrivs: ceilDiv(w.NoNewPrivs, n), KernelLog: ceilDiv(w.KernelLog, n),
 	}
 }
 
@@ -127,6 +131,7 @@ func checkWork(t *testing.T, per, budget createWork, unit, path string) {
 		{"mounts", per.Mounts, budget.Mounts},
 		{"mkdirs", per.Mkdirs, budget.Mkdirs},
 		{"unshares", per.Unshares, budget.Unshares},
+		{"no_new_privs settings (one per thread stopped)", per.NoNewPrivs, budget.NoNewPrivs},
 		{"overlayfs lines in the kernel log", per.KernelLog, budget.KernelLog},
 	} {
 		if c.got > c.limit {
@@ -233,6 +238,10 @@ func countWork(trace string) createWork {
 			w.Mkdirs++
 		case "unshare":
 			w.Unshares++
+		case "prctl":
+			if strings.HasPrefix(args, "PR_SET_NO_NEW_PRIVS") {
+				w.NoNewPrivs++
+			}
 		}
 	}
 	return w
@@ -248,9 +257,11 @@ func TestCountWork(t *testing.T) {
 102 <... mkdirat resumed>) = 0
 103 execve("/usr/bin/true", ["true"], 0x1 /* 4 vars */) = 0
 102 unshare(CLONE_FS) = 0
+102 prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) = 1
+104 prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) = 0
 102 +++ exited with 0 +++`
 	got := countWork(trace)
-	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1}
+	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1}
 	if got != want {
 		t.Errorf("countWork = %+v, want %+v", got, want)
 	}

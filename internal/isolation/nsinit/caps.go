@@ -132,6 +132,13 @@ func confine(keep uint64, threadOnly, skipBounding bool) error {
 	if err != nil {
 		return fmt.Errorf("caps: setting capabilities: %w", err)
 	}
+	// no_new_privs cannot be unset, and a thread inherits it from the thread
+	// that made it: when this process started with it (the native backend's
+	// spawner forks the init so), every thread has it, and the second stop of
+	// every thread is not needed.
+	if nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && nnp == 1 {
+		return nil
+	}
 	if err := call(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}

@@ -211,6 +211,13 @@ func start(r Request, fds []int) (*exec.Cmd, int, error) {
 		if err := unix.Fchdir(dir); err != nil {
 			return fmt.Errorf("changing into the sandbox's directory: %w", err)
 		}
+		// Born with no_new_privs (this thread is thrown away after the
+		// fork): the init then need not set it on each of its threads,
+		// which stops them all. It gains nothing by its exec either way:
+		// it is root of its new user namespace before and after.
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("setting no_new_privs: %w", err)
+		}
 		return cmd.Start()
 	})
 	if err != nil {
