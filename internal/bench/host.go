@@ -191,8 +191,8 @@ func processCPU(pid int) (time.Duration, error) {
 
 // DaemonCPU is the CPU used so far by daemon pid, by its spawner (a child
 // whose argv names boot.SpawnerArg), and by the processes of the sandboxes
-// of its native instance, counted in the instance's cgroup (v1 cpuacct, else
-// v2 cpu.stat), which keeps what removed sandboxes used.
+// of its native instance, counted in the instance's cgroup (v2 cpu.stat, else
+// v1 cpuacct), which keeps what removed sandboxes used.
 func DaemonCPU(pid int, instance string) (CPUUse, error) {
 	var u CPUUse
 	var err error
@@ -218,18 +218,8 @@ func DaemonCPU(pid int, instance string) (CPUUse, error) {
 			}
 		}
 	}
-	if dirs, _ := filepath.Glob("/sys/fs/cgroup/cpu*acct*/sbx/" + instance + "/cpuacct.usage"); len(dirs) > 0 {
-		b, err := os.ReadFile(dirs[0])
-		if err != nil {
-			return u, err
-		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return u, fmt.Errorf("%s: %w", dirs[0], err)
-		}
-		u.Sandboxes = time.Duration(ns)
-		return u, nil
-	}
+	// The unified group first: every sandbox process is in it on a v2 or
+	// hybrid host, where sbx makes no v1 cpuacct group (cgroup.NoCPUAcct).
 	for _, p := range []string{"/sys/fs/cgroup/sbx/" + instance + "/cpu.stat", "/sys/fs/cgroup/unified/sbx/" + instance + "/cpu.stat"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -245,6 +235,18 @@ func DaemonCPU(pid int, instance string) (CPUUse, error) {
 				return u, nil
 			}
 		}
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/cpu*acct*/sbx/" + instance + "/cpuacct.usage"); len(dirs) > 0 {
+		b, err := os.ReadFile(dirs[0])
+		if err != nil {
+			return u, err
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return u, fmt.Errorf("%s: %w", dirs[0], err)
+		}
+		u.Sandboxes = time.Duration(ns)
+		return u, nil
 	}
 	return u, fmt.Errorf("no cgroup CPU count for instance %s", instance)
 }

@@ -105,7 +105,7 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if d.layout, err = cgroup.Detect(); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
-	if err := d.layout.SkipFreezerIfV2Kills("sbx/" + opts.Instance); err != nil { // the parent of its groups
+	if err := d.layout.SkipV1WhereV2Serves("sbx/" + opts.Instance); err != nil { // the parent of its groups
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {

@@ -297,8 +297,8 @@ func TestCloseRemovesInstanceGroups(t *testing.T) {
 		t.Fatalf("Close with a running sandbox = %v", err)
 	}
 	for _, h := range d.hierarchies() {
-		if d.layout.NoFreezer && h == d.layout.V1["freezer"] {
-			continue // no group is made there (cgroup.Layout.NoFreezer)
+		if d.layout.NoFreezer && h == d.layout.V1["freezer"] || d.layout.NoCPUAcct && h == d.layout.V1["cpuacct"] {
+			continue // no group is made there (cgroup.Layout.NoFreezer, NoCPUAcct)
 		}
 		if _, err := os.Stat(filepath.Join(h, d.cgroupPath(id))); err != nil {
 			t.Errorf("Close removed a running sandbox's group in %s: %v", h, err)

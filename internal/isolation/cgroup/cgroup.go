@@ -70,6 +70,9 @@ func (l *Layout) Group(rel string) (*Group, error) {
 		if ctrl == "freezer" && l.NoFreezer && !exists(dir) {
 			continue // the unified group kills and freezes; one made earlier is kept track of
 		}
+		if ctrl == "cpuacct" && l.NoCPUAcct && !exists(dir) {
+			continue // the unified group counts CPU time; one made earlier is kept track of
+		}
 		g.v1[ctrl] = dir
 	}
 	if l.V2 != "" {

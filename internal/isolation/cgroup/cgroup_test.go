@@ -212,9 +212,10 @@ func TestHostGroup(t *testing.T) {
 }
 
 // Where the unified hierarchy's groups kill and freeze, groups are no
-// longer made in the v1 freezer hierarchy; one already there (an older
-// sbx's) is still part of its group, so it is killed and removed with it.
-func TestSkipFreezerIfV2Kills(t *testing.T) {
+// longer made in the v1 freezer hierarchy, nor, where they count CPU time,
+// in a v1 cpuacct hierarchy of its own; one already there (an older sbx's)
+// is still part of its group, so it is killed and removed with it.
+func TestSkipV1WhereV2Serves(t *testing.T) {
 	testutil.RequireRoot(t)
 	l, err := Detect()
 	if err != nil {
@@ -229,7 +230,7 @@ func TestSkipFreezerIfV2Kills(t *testing.T) {
 			os.Remove(filepath.Join(root, parent))
 		}
 	})
-	if err := l.SkipFreezerIfV2Kills(parent); err != nil {
+	if err := l.SkipV1WhereV2Serves(parent); err != nil {
 		t.Fatal(err)
 	}
 	if !l.NoFreezer {
@@ -241,6 +242,39 @@ func TestSkipFreezerIfV2Kills(t *testing.T) {
 	}
 	if d := g.Dir("freezer"); d != "" || exists(filepath.Join(l.V1["freezer"], parent, "new")) {
 		t.Errorf("a new group has a v1 freezer directory (%q)", d)
+	}
+	if acct := l.V1["cpuacct"]; acct != "" && acct != l.V1["cpu"] {
+		if !l.NoCPUAcct {
+			t.Errorf("NoCPUAcct is not set beside a unified hierarchy whose groups have cpu.stat")
+		}
+		if exists(filepath.Join(acct, parent, "new")) {
+			t.Errorf("a new group has a v1 cpuacct directory")
+		}
+		// Its CPU time is still counted, by the unified group: a shell
+		// that spins once it is in the group.
+		cmd := exec.Command("/bin/sh", "-c", "read x; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+		start, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.AddPid(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("AddPid = %v", err)
+		}
+		start.Write([]byte("go\n"))
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := g.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CPUUsage <= 0 {
+			t.Errorf("Stats().CPUUsage = %v for a group whose shell ran a loop", st.CPUUsage)
+		}
 	}
 	if err := g.Remove(t.Context()); err != nil {
 		t.Fatal(err)

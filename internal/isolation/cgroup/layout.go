@@ -31,8 +31,13 @@ type Layout struct {
 	// NoFreezer: the unified hierarchy kills (cgroup.kill) and freezes
 	// (cgroup.freeze) a group, so new groups are not made in the v1 freezer
 	// hierarchy, which would add nothing; one an older sbx made there is
-	// still found, killed and removed (Group). See SkipFreezerIfV2Kills.
+	// still found, killed and removed (Group). See SkipV1WhereV2Serves.
 	NoFreezer bool
+	// NoCPUAcct: the unified hierarchy counts a group's CPU time (cpu.stat's
+	// usage_usec, which every v2 group has), so new groups are not made in
+	// a v1 cpuacct hierarchy of its own either: one directory fewer to make,
+	// join and remove per sandbox. One made earlier is still found.
+	NoCPUAcct bool
 	// fake makes directories plain ones with regular files (NewFakeV2).
 	fake bool
 }
@@ -146,19 +151,25 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// SkipFreezerIfV2Kills makes the unified hierarchy's group at rel (sbx's
-// parent of its groups) with its missing ancestors, and, when a group there
-// has cgroup.kill and cgroup.freeze (Linux 5.14 and 5.2), sets NoFreezer:
-// the unified group then kills and freezes, and a v1 freezer group would
-// add nothing.
-func (l *Layout) SkipFreezerIfV2Kills(rel string) error {
-	if l.V2 == "" || l.V1["freezer"] == "" || l.fake {
+// SkipV1WhereV2Serves makes the unified hierarchy's group at rel (sbx's
+// parent of its groups) with its missing ancestors, and sets what a group
+// there does so a v1 group would add nothing: NoFreezer when it has
+// cgroup.kill and cgroup.freeze (Linux 5.14 and 5.2), NoCPUAcct when it
+// has cpu.stat and cpuacct is mounted apart from cpu (co-mounted, it costs
+// no directory of its own).
+func (l *Layout) SkipV1WhereV2Serves(rel string) error {
+	if l.V2 == "" || len(l.V1) == 0 || l.fake {
 		return nil
 	}
 	dir := filepath.Join(l.V2, rel)
 	if err := l.mkdirParents(dir); err != nil {
 		return err
 	}
-	l.NoFreezer = exists(filepath.Join(dir, "cgroup.kill")) && exists(filepath.Join(dir, "cgroup.freeze"))
+	if l.V1["freezer"] != "" {
+		l.NoFreezer = exists(filepath.Join(dir, "cgroup.kill")) && exists(filepath.Join(dir, "cgroup.freeze"))
+	}
+	if acct := l.V1["cpuacct"]; acct != "" && acct != l.V1["cpu"] {
+		l.NoCPUAcct = exists(filepath.Join(dir, "cpu.stat"))
+	}
 	return nil
 }
