@@ -167,14 +167,16 @@ type Report struct {
 	MemoryUnavailable string       `json:"memory_unavailable,omitempty"`
 }
 
-// ScalePoint is the memory with Idle idle sandboxes: the daemon's RSS, the
-// mean PSS of a sandbox's processes, and how many such sandboxes a GiB holds
-// (counting the daemon's growth per sandbox too).
+// ScalePoint is the memory with Idle idle sandboxes: the daemon's RSS, its
+// spawner's, the mean PSS of a sandbox's processes, and how many such
+// sandboxes a GiB holds (counting the daemon's and spawner's growth per
+// sandbox too).
 type ScalePoint struct {
-	Idle        int     `json:"idle"`
-	DaemonRSSMB float64 `json:"daemon_rss_mb"`
-	PSSMB       float64 `json:"sandbox_pss_mb"`
-	PerGiB      float64 `json:"sandboxes_per_gib"`
+	Idle         int     `json:"idle"`
+	DaemonRSSMB  float64 `json:"daemon_rss_mb"`
+	SpawnerRSSMB float64 `json:"spawner_rss_mb"`
+	PSSMB        float64 `json:"sandbox_pss_mb"`
+	PerGiB       float64 `json:"sandboxes_per_gib"`
 }
 
 // BurstResult is many creates sent at once: each succeeds (after queueing)
@@ -394,11 +396,11 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 // scale measures memory at Idle (as idleMemory did) and at ScaleIdle idle
 // sandboxes: a point each, with the daemon's growth per sandbox counted.
 func scale(ctx context.Context, api API, opts *Options, rep *Report) error {
-	base := daemonRSS(opts)
+	base := daemonRSS(opts) + spawnerRSS(opts)
 	var ids []string
 	defer func() { deleteAll(ctx, api, ids, opts.Concurrency) }()
 	point := func() ScalePoint {
-		p := ScalePoint{Idle: len(ids), DaemonRSSMB: daemonRSS(opts)}
+		p := ScalePoint{Idle: len(ids), DaemonRSSMB: daemonRSS(opts), SpawnerRSSMB: spawnerRSS(opts)}
 		var sum int64
 		n := 0
 		for _, id := range ids {
@@ -411,7 +413,7 @@ func scale(ctx context.Context, api API, opts *Options, rep *Report) error {
 		}
 		if n > 0 {
 			p.PSSMB = mb(sum / int64(n))
-			per := p.PSSMB + max(p.DaemonRSSMB-base, 0)/float64(n)
+			per := p.PSSMB + max(p.DaemonRSSMB+p.SpawnerRSSMB-base, 0)/float64(n)
 			if per > 0 {
 				p.PerGiB = 1024 / per
 			}
@@ -695,6 +697,20 @@ func daemonRSS(opts *Options) float64 {
 	return 0
 }
 
+// spawnerRSS is the RSS of the daemon's spawner in MB; 0 when the daemon's
+// pid is not known or it has none.
+func spawnerRSS(opts *Options) float64 {
+	var sum int64
+	if opts.DaemonPID > 0 {
+		for _, pid := range spawners(opts.DaemonPID) {
+			if m, err := readMemory(pid); err == nil {
+				sum += m.RSS
+			}
+		}
+	}
+	return mb(sum)
+}
+
 // WriteTable prints the report as a table, each figure beside its peer: bwrap
 // for whole sandboxes, a plain host spawn for exec.
 func (r Report) WriteTable(w io.Writer) {
@@ -768,7 +784,7 @@ func (r Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "agent per idle sandbox (PSS / USS / RSS)\t%.2f / %.2f / %.2f MB\t\t\t\t\t\n", r.AgentPSSMB, r.AgentUSSMB, r.AgentRSSMB)
 	}
 	for _, p := range r.Scale {
-		fmt.Fprintf(tw, "%d idle sandboxes: daemon RSS, sandbox PSS\t%.1f MB, %.2f MB\t\t\t%.0f sandboxes per GiB\t\t\n", p.Idle, p.DaemonRSSMB, p.PSSMB, p.PerGiB)
+		fmt.Fprintf(tw, "%d idle sandboxes: daemon RSS, spawner RSS, sandbox PSS\t%.1f MB, %.1f MB, %.2f MB\t\t\t%.0f sandboxes per GiB\t\t\n", p.Idle, p.DaemonRSSMB, p.SpawnerRSSMB, p.PSSMB, p.PerGiB)
 	}
 	if b := r.Burst; b != nil {
 		fmt.Fprintf(tw, "%d creates at once: created, p50\t%d, %.1f ms\t%.1f ms\t%.1f ms\t429: %d, 503: %d, other: %d\t\t\n",

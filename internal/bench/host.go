@@ -189,16 +189,10 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * clockTick, nil
 }
 
-// DaemonCPU is the CPU used so far by daemon pid, by its spawner (a child
-// whose argv names boot.SpawnerArg), and by the processes of the sandboxes
-// of its native instance, counted in the instance's cgroup (v2 cpu.stat, else
-// v1 cpuacct), which keeps what removed sandboxes used.
-func DaemonCPU(pid int, instance string) (CPUUse, error) {
-	var u CPUUse
-	var err error
-	if u.Daemon, err = processCPU(pid); err != nil {
-		return u, err
-	}
+// spawners lists the children of daemon pid whose argv names
+// boot.SpawnerArg: the native backend's spawner.
+func spawners(pid int) []int {
+	var out []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -213,9 +207,25 @@ func DaemonCPU(pid int, instance string) (CPUUse, error) {
 		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
 		if bytes.Contains(cmd, []byte("\x00"+boot.SpawnerArg+"\x00")) {
-			if c, err := processCPU(child); err == nil {
-				u.Helpers += c
-			}
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// DaemonCPU is the CPU used so far by daemon pid, by its spawner (a child
+// whose argv names boot.SpawnerArg), and by the processes of the sandboxes
+// of its native instance, counted in the instance's cgroup (v2 cpu.stat, else
+// v1 cpuacct), which keeps what removed sandboxes used.
+func DaemonCPU(pid int, instance string) (CPUUse, error) {
+	var u CPUUse
+	var err error
+	if u.Daemon, err = processCPU(pid); err != nil {
+		return u, err
+	}
+	for _, child := range spawners(pid) {
+		if c, err := processCPU(child); err == nil {
+			u.Helpers += c
 		}
 	}
 	// The unified group first: every sandbox process is in it on a v2 or

@@ -2,6 +2,7 @@ package native
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,5 +54,74 @@ func TestSpawner(t *testing.T) {
 	bad.Path = "/nonexistent/sh"
 	if _, _, err := s.spawn(bad, dir, null, nil, nil); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("spawn of a missing program = %v, want its error", err)
+	}
+}
+
+// Children that live on cost the spawner no thread each: it waits for
+// their exits through its poller, and still hears each one.
+func TestSpawnerThreadsFlat(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireNamespaces(t)
+	s, err := startSpawner(os.Args[0], "spawnertest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	defer null.Close()
+	threads := func() int {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(s.proc.Pid) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n
+			}
+		}
+		t.Fatal("no Threads line")
+		return 0
+	}
+	// Each child lives until its fd 3 (a pipe the test holds) closes.
+	req := forker.Request{Path: "/bin/sh", Args: []string{"sh", "-c", "read x <&3; exit 3"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UID: 3_000_000_000, Size: 65536}
+	const n = 24
+	var pids []int
+	var writers []*os.File
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, pidfd, err := s.spawn(req, dir, null, nil, []*os.File{r, null})
+		r.Close()
+		if err != nil {
+			t.Fatalf("spawn = %v", err)
+		}
+		syscall.Close(pidfd)
+		pids, writers = append(pids, pid), append(writers, w)
+	}
+	time.Sleep(100 * time.Millisecond) // a thread per waiter would have started by now
+	if got := threads(); got >= n {
+		t.Errorf("the spawner has %d threads with %d children alive: a thread per child", got, n)
+	}
+	for _, w := range writers {
+		w.Close()
+	}
+	for _, pid := range pids {
+		select {
+		case e := <-s.exitOf(pid):
+			if e != (sandbox.Exit{Code: 3, Reason: sandbox.ReasonExited}) {
+				t.Errorf("exit of pid %d = %+v, want code 3", pid, e)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no exit heard for pid %d", pid)
+		}
 	}
 }

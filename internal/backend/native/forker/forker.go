@@ -130,18 +130,11 @@ func Main() {
 			continue
 		}
 		say(Message{Pid: cmd.Process.Pid}, pidfd)
-		unix.Close(pidfd)
 		go func() {
 			// Wait for the exit without reaping, then reap and say so under
 			// the send lock: the pid is free only from the reap, and no answer
 			// naming a later child with that pid can go out before this.
-			var info unix.Siginfo
-			for {
-				err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-				if err != unix.EINTR {
-					break
-				}
-			}
+			awaitExit(cmd.Process.Pid, pidfd) // it closes pidfd
 			send.Lock()
 			defer send.Unlock()
 			ps, err := cmd.Process.Wait()
@@ -151,6 +144,52 @@ func Main() {
 			}
 			sayLocked(Message{Pid: cmd.Process.Pid, Exited: true, Exit: &e})
 		}()
+	}
+}
+
+// awaitExit returns once child pid has exited, without reaping it. It
+// watches pidfd (which it closes) through the runtime's poller, so a live
+// sandbox costs the spawner no thread: a thread blocked in waitid per child
+// stayed parked after, one per sandbox ever live at once (a burst of 500
+// creates left 500). Without a pollable pidfd (a kernel before 5.10 does not
+// answer waitid on a non-blocking one), it waits on a thread as before.
+func awaitExit(pid, pidfd int) {
+	var info unix.Siginfo
+	exited := func(fd int) (bool, error) {
+		for {
+			switch err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOWAIT, nil); err {
+			case nil:
+				return true, nil
+			case unix.EAGAIN: // running: wait until the pidfd reads
+				return false, nil
+			case unix.EINTR:
+			default:
+				return false, err
+			}
+		}
+	}
+	if err := unix.SetNonblock(pidfd, true); err == nil {
+		f := os.NewFile(uintptr(pidfd), "pidfd") // non-blocking: the poller's
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			var werr error
+			rerr := rc.Read(func(fd uintptr) bool {
+				var done bool
+				done, werr = exited(int(fd))
+				return done || werr != nil
+			})
+			if rerr == nil && werr == nil {
+				return
+			}
+		}
+	} else {
+		defer unix.Close(pidfd)
+	}
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
+		}
 	}
 }
 
