@@ -13,23 +13,32 @@ import (
 	"sbx.dev/sbx/internal/testutil"
 )
 
-// The spawner starts a process in a new user namespace, answers its pid and
-// a pidfd, and says how it ended; a request it cannot start answers why.
-func TestSpawner(t *testing.T) {
+// testSpawner starts a spawner from the test binary, with a working
+// directory and a /dev/null for its children; cleanup ends them.
+func testSpawner(t *testing.T) (s *spawner, dir, null *os.File) {
+	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireNamespaces(t)
 	s, err := startSpawner(os.Args[0], "spawnertest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
-	dir, err := os.Open(t.TempDir())
-	if err != nil {
+	t.Cleanup(s.close)
+	if dir, err = os.Open(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	defer dir.Close()
-	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer null.Close()
+	t.Cleanup(func() { dir.Close() })
+	if null, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { null.Close() })
+	return s, dir, null
+}
+
+// The spawner starts a process in a new user namespace, answers its pid and
+// a pidfd, and says how it ended; a request it cannot start answers why.
+func TestSpawner(t *testing.T) {
+	s, dir, null := testSpawner(t)
 	req := forker.Request{Path: "/bin/sh", Args: []string{"sh", "-c", "exit 7"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 		UID: 3_000_000_000, Size: 65536}
 	for range 3 { // one after another: each exit reaches its own hold
@@ -60,20 +69,7 @@ func TestSpawner(t *testing.T) {
 // Children that live on cost the spawner no thread each: it waits for
 // their exits through its poller, and still hears each one.
 func TestSpawnerThreadsFlat(t *testing.T) {
-	testutil.RequireRoot(t)
-	testutil.RequireNamespaces(t)
-	s, err := startSpawner(os.Args[0], "spawnertest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	dir, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
-	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	defer null.Close()
+	s, dir, null := testSpawner(t)
 	threads := func() int {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(s.proc.Pid) + "/status")
 		if err != nil {
