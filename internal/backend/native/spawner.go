@@ -49,6 +49,9 @@ func startSpawner(exe, instance string) (*spawner, error) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner")
 	defer theirs.Close()
 	cmd := exec.Command(exe, boot.SpawnerArg, instance)
+	// One P: it serves one request at a time, and each of its forks copies
+	// the page tables of a process whose threads ran on fewer CPUs.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
