@@ -17,7 +17,12 @@ import (
 )
 
 // warmIdle is how long the agent waits without a request before it warms up.
-const warmIdle = 10 * time.Millisecond
+// Long enough that a sandbox made, used and deleted within moments (one per
+// tool call, an evaluation's rollouts) is never warmed just before it goes:
+// at 10 ms, create+exec+destroy cycles of 4 workers warmed many of theirs
+// between the exec and the delete. A sandbox the pool keeps asks for its
+// warm-up at once (Server.Warm).
+const warmIdle = 200 * time.Millisecond
 
 // activity tracks the requests the agent serves, for whenIdle.
 type activity struct {
