@@ -35,6 +35,19 @@ func testSpawner(t *testing.T) (s *spawner, dir, null *os.File) {
 	return s, dir, null
 }
 
+// wantExit waits for the spawner to say child pid exited with code.
+func wantExit(t *testing.T, s *spawner, pid, code int) {
+	t.Helper()
+	select {
+	case e := <-s.exitOf(pid):
+		if e != (sandbox.Exit{Code: code, Reason: sandbox.ReasonExited}) {
+			t.Errorf("exit of pid %d = %+v, want code %d", pid, e, code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit heard for pid %d", pid)
+	}
+}
+
 // The spawner starts a process in a new user namespace, answers its pid and
 // a pidfd, and says how it ended; a request it cannot start answers why.
 func TestSpawner(t *testing.T) {
@@ -50,14 +63,7 @@ func TestSpawner(t *testing.T) {
 			t.Fatalf("spawn = pid %d, pidfd %d", pid, pidfd)
 		}
 		syscall.Close(pidfd)
-		select {
-		case e := <-s.exitOf(pid):
-			if e != (sandbox.Exit{Code: 7, Reason: sandbox.ReasonExited}) {
-				t.Errorf("exit of pid %d = %+v, want code 7", pid, e)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no exit heard for pid %d", pid)
-		}
+		wantExit(t, s, pid, 7)
 	}
 	bad := req
 	bad.Path = "/nonexistent/sh"
@@ -111,13 +117,6 @@ func TestSpawnerThreadsFlat(t *testing.T) {
 		w.Close()
 	}
 	for _, pid := range pids {
-		select {
-		case e := <-s.exitOf(pid):
-			if e != (sandbox.Exit{Code: 3, Reason: sandbox.ReasonExited}) {
-				t.Errorf("exit of pid %d = %+v, want code 3", pid, e)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no exit heard for pid %d", pid)
-		}
+		wantExit(t, s, pid, 3)
 	}
 }
