@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"golang.org/x/net/bpf"
@@ -78,18 +79,22 @@ func Compile(p Profile) (*Program, error) {
 			bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
 		)
 	}
+	l := leaves{body: map[uint32][]bpf.Instruction{}, decided: map[uint32]bool{}}
 	for i, r := range rules {
-		block, err := compileRule(info, r)
-		if err != nil {
+		if err := compileRule(info, r, l); err != nil {
 			where := p.Name
 			if i < len(floor.Rules) {
 				where = "floor"
 			}
 			return nil, fmt.Errorf("seccomp profile %q: rule %d (%s): %w", p.Name, i+1, where, err)
 		}
-		ins = append(ins, block...)
 	}
-	ins = append(ins, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	for nr := range l.body {
+		if !l.decided[nr] { // every condition failed: A no longer holds the number
+			l.body[nr] = append(l.body[nr], bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+		}
+	}
+	ins = append(ins, dispatch(slices.Sorted(maps.Keys(l.body)), l.body)...)
 	raw, err := bpf.Assemble(ins)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %q: %w", p.Name, err)
@@ -100,45 +105,90 @@ func Compile(p Profile) (*Program, error) {
 	return filter.New(p.Name, raw), nil
 }
 
-// compileRule is one block per syscall of r: load the number, skip the block
-// unless it is this syscall, check each argument condition (skipping the
-// rest of the block when one fails), return the action. Each block loads the
-// number afresh, so a condition that loaded an argument never misleads the
-// next block.
-func compileRule(info *arch.Info, r Rule) ([]bpf.Instruction, error) {
+// leaves are the syscalls rules name, each with its rules' bodies in order
+// (argument conditions, then the action).
+type leaves struct {
+	body map[uint32][]bpf.Instruction
+	// decided: a rule without conditions names the syscall; no later rule
+	// can be reached.
+	decided map[uint32]bool
+}
+
+// compileRule adds r's body to the leaf of each syscall it names. A failed
+// condition skips to just past the body's return: on to the next rule
+// naming the same syscall, or to the allow Compile ends the leaf with.
+func compileRule(info *arch.Info, r Rule, l leaves) error {
 	if len(r.Names) == 0 {
-		return nil, errors.New("names: empty")
+		return errors.New("names: empty")
 	}
 	ret, err := action(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var cond []bpf.Instruction
 	for _, a := range r.Args {
 		c, err := condition(a)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cond = append(cond, c...)
 	}
-	var out []bpf.Instruction
 	for _, name := range r.Names {
 		nr, ok := info.SyscallNames[name]
 		if !ok {
-			return nil, fmt.Errorf("names: unknown syscall %q on %s", name, info.Name)
+			return fmt.Errorf("names: unknown syscall %q on %s", name, info.Name)
 		}
-		body := append(slices.Clone(cond), bpf.RetConstant{Val: ret})
-		// Jumps inside body are relative to the end of body: a failed
-		// condition skips to just past the return.
-		body = fixSkips(body)
-		out = append(out,
-			bpf.LoadAbsolute{Off: offNR, Size: 4},
-			bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr | info.SeccompMask), SkipFalse: uint8(len(body))},
-		)
-		out = append(out, body...)
+		key := uint32(nr | info.SeccompMask)
+		if l.decided[key] {
+			continue
+		}
+		l.body[key] = append(l.body[key], fixSkips(append(slices.Clone(cond), bpf.RetConstant{Val: ret}))...)
+		l.decided[key] = len(cond) == 0
 	}
-	return out, nil
+	return nil
 }
+
+// linearLeaves is how many syscalls dispatch compares one by one; above it,
+// it splits the numbers in halves.
+const linearLeaves = 4
+
+// dispatch finds the leaf of the syscall number in A among nrs (sorted) by
+// binary search, and allows any number not among them. A linear filter
+// (load the number, compare, next rule) costs every allowed call a pass over
+// every rule, and the kernel pays that pass for each syscall number when a
+// filter is attached: it runs the filter on every number to find those it
+// may allow without running it (seccomp's action cache), with interrupts
+// off. For the default profile that was 0.23 ms a sandbox.
+func dispatch(nrs []uint32, leaves map[uint32][]bpf.Instruction) []bpf.Instruction {
+	if len(nrs) <= linearLeaves {
+		var out []bpf.Instruction
+		for _, nr := range nrs {
+			leaf := leaves[nr]
+			if len(leaf) <= maxSkip {
+				out = append(out, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: nr, SkipTrue: uint8(len(leaf))})
+			} else {
+				out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: 1}, bpf.Jump{Skip: uint32(len(leaf))})
+			}
+			out = append(out, leaf...)
+		}
+		return append(out, bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW})
+	}
+	mid := len(nrs) / 2
+	left, right := dispatch(nrs[:mid], leaves), dispatch(nrs[mid:], leaves)
+	var out []bpf.Instruction
+	if len(left) <= maxSkip {
+		out = append(out, bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: nrs[mid], SkipTrue: uint8(len(left))})
+	} else {
+		out = append(out,
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: nrs[mid], SkipFalse: 1},
+			bpf.Jump{Skip: uint32(len(left))})
+	}
+	return append(append(out, left...), right...)
+}
+
+// maxSkip is the farthest a conditional jump reaches; farther takes a jump
+// of its own.
+const maxSkip = 255
 
 // skipToEnd marks, in a condition's JumpIf, the branch that leaves the
 // block; fixSkips turns it into the distance to the block's end.

@@ -2,6 +2,7 @@ package seccomp
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,6 +20,12 @@ const auditArchI386 = 0x40000003
 // order, so each word goes in big-endian at its kernel offset.
 func run(t testing.TB, prog *Program, archID uint32, nr uint32, args ...uint64) uint32 {
 	t.Helper()
+	return runOn(t, newVM(t, prog), archID, nr, args...)
+}
+
+// newVM loads prog in a BPF VM.
+func newVM(t testing.TB, prog *Program) *bpf.VM {
+	t.Helper()
 	var ins []bpf.Instruction
 	for _, r := range prog.Instructions() {
 		ins = append(ins, r.Disassemble())
@@ -27,6 +34,12 @@ func run(t testing.TB, prog *Program, archID uint32, nr uint32, args ...uint64) 
 	if err != nil {
 		t.Fatalf("the filter does not load in a VM: %v", err)
 	}
+	return vm
+}
+
+// runOn is run on a program already in vm.
+func runOn(t testing.TB, vm *bpf.VM, archID uint32, nr uint32, args ...uint64) uint32 {
+	t.Helper()
 	pkt := make([]byte, 64)
 	binary.BigEndian.PutUint32(pkt[0:], nr)
 	binary.BigEndian.PutUint32(pkt[4:], archID)
@@ -232,4 +245,159 @@ func FuzzCompile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// verdict is what rules decide for syscall nr with args, read straight off
+// the rules: the first naming nr whose conditions all hold, else allow.
+func verdict(t *testing.T, info *arch.Info, rules []Rule, nr uint32, args []uint64) uint32 {
+	t.Helper()
+	for _, r := range rules {
+		if !slices.ContainsFunc(r.Names, func(n string) bool { return uint32(info.SyscallNames[n]) == nr }) {
+			continue
+		}
+		holds := true
+		for _, a := range r.Args {
+			v := args[a.Index]
+			switch a.Op {
+			case "eq":
+				holds = holds && v == a.Value
+			case "ne":
+				holds = holds && v != a.Value
+			case "eq32":
+				holds = holds && uint32(v) == uint32(a.Value)
+			case "ne32":
+				holds = holds && uint32(v) != uint32(a.Value)
+			case "bits_set":
+				holds = holds && v&a.Value != 0
+			case "bits_clear":
+				holds = holds && v&a.Value == 0
+			default:
+				t.Fatalf("op %q", a.Op)
+			}
+		}
+		if holds {
+			ret, err := action(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ret
+		}
+	}
+	return allow
+}
+
+// The compiled program decides every syscall number, with arguments at and
+// around every value the rules compare, as the rules read in order do: the
+// built-in profiles, and one large enough that the binary search and a leaf
+// need jumps beyond a conditional jump's reach.
+func TestProgramMatchesRules(t *testing.T) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var every []string
+	for name := range info.SyscallNames {
+		every = append(every, name)
+	}
+	slices.Sort(every)
+	large := Profile{Name: "large", Rules: []Rule{{Names: every, Args: []Arg{{Index: 0, Op: "eq32", Value: 7}}}}}
+	for i := range 40 {
+		large.Rules = append(large.Rules, Rule{Names: []string{"ioctl"}, Errno: "EACCES", Args: []Arg{
+			{Index: 1, Op: "eq", Value: uint64(i)}, {Index: 2, Op: "ne", Value: 1}, {Index: 3, Op: "bits_clear", Value: 4},
+		}})
+	}
+	large.Rules = append(large.Rules, Rule{Names: []string{"read", "write"}, Action: "kill_process", Args: []Arg{{Index: 0, Op: "eq", Value: 1<<32 | 2}}})
+	for _, p := range append(slices.Clone(builtin), large) {
+		prog, err := Compile(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		rules := append(slices.Clone(floor.Rules), p.Rules...)
+		values := []uint64{0, 1, 2, 4, 7, ^uint64(0), 1 << 32}
+		for _, r := range rules {
+			for _, a := range r.Args {
+				values = append(values, a.Value, a.Value+1, a.Value-1, a.Value|1<<32, a.Value&0xffffffff)
+			}
+		}
+		slices.Sort(values)
+		values = slices.Compact(values)
+		vm, checked := newVM(t, prog), 0
+		for nr := uint32(0); nr < 512; nr++ {
+			for _, v := range values {
+				for _, args := range [][]uint64{{v, v, v, v, v, v}, {0, v, 0, 0, 0, 0}, {v, 0, 2, 0, 0, 0}} {
+					if got, want := runOn(t, vm, x86ID, nr, args...), verdict(t, info, rules, nr, args); got != want {
+						t.Fatalf("%s: syscall %d%#x = %#x, the rules say %#x", p.Name, nr, args, got, want)
+					}
+					checked++
+				}
+			}
+		}
+		t.Logf("%s: %d instructions, %d calls checked", p.Name, len(prog.Instructions()), checked)
+	}
+}
+
+// steps counts the instructions the filter runs for syscall nr with all
+// arguments 0: the work of each call the kernel filters, and, for every
+// number, of the action cache it builds when a filter is attached.
+func steps(t *testing.T, prog *Program, nr uint32) int {
+	t.Helper()
+	ins := prog.Instructions()
+	var a uint32
+	for pc, n := 0, 1; ; n++ {
+		if pc >= len(ins) {
+			t.Fatalf("syscall %d: ran off the end", nr)
+		}
+		switch in := ins[pc].Disassemble().(type) {
+		case bpf.LoadAbsolute:
+			a = map[uint32]uint32{offNR: nr, offArch: x86ID}[in.Off]
+			pc++
+		case bpf.Jump:
+			pc += 1 + int(in.Skip)
+		case bpf.JumpIf:
+			var ok bool
+			switch in.Cond {
+			case bpf.JumpEqual:
+				ok = a == in.Val
+			case bpf.JumpNotEqual:
+				ok = a != in.Val
+			case bpf.JumpGreaterOrEqual:
+				ok = a >= in.Val
+			case bpf.JumpLessThan:
+				ok = a < in.Val
+			case bpf.JumpBitsSet:
+				ok = a&in.Val != 0
+			case bpf.JumpBitsNotSet:
+				ok = a&in.Val == 0
+			default:
+				t.Fatalf("condition %v", in.Cond)
+			}
+			pc++
+			if ok {
+				pc += int(in.SkipTrue)
+			} else {
+				pc += int(in.SkipFalse)
+			}
+		case bpf.RetConstant:
+			return n
+		default:
+			t.Fatalf("instruction %v", in)
+		}
+	}
+}
+
+// No call walks the whole rule list: the default profile's filter finds a
+// syscall's rules by binary search. The kernel runs it once per syscall
+// number on every attach (one per sandbox); linear, that was 150-190
+// instructions a number and 0.23 ms a sandbox.
+func TestDefaultPathLength(t *testing.T) {
+	prog := compileDefault(t)
+	longest, sum := 0, 0
+	for nr := uint32(0); nr < 512; nr++ {
+		n := steps(t, prog, nr)
+		longest, sum = max(longest, n), sum+n
+	}
+	t.Logf("%d instructions; longest path %d, mean %.1f", len(prog.Instructions()), longest, float64(sum)/512)
+	if longest > 24 {
+		t.Errorf("a call runs %d instructions of the filter, want at most 24", longest)
+	}
 }
