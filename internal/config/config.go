@@ -168,6 +168,12 @@ type LLM struct {
 	APIKey string `toml:"-"`
 }
 
+// Cores is how many CPUs this process may use, as the Go runtime counted them
+// at start (a cgroup CPU limit included): read before `sbx serve` narrows
+// its own GOMAXPROCS, so a second daemon started in the same process (tests)
+// counts the same.
+var Cores = runtime.GOMAXPROCS(0)
+
 // Default returns the strict defaults for this process's user and environment.
 func Default() Config { return defaults(os.Getenv, os.Geteuid()) }
 
@@ -177,7 +183,7 @@ func defaults(getenv func(string) string, euid int) Config {
 		DataDir:              defaultDataDir(getenv, euid),
 		Backends:             []string{"native"},
 		Policy:               sandbox.DefaultPolicy(),
-		MaxConcurrentCreates: 2 * runtime.GOMAXPROCS(0),
+		MaxConcurrentCreates: 2 * Cores,
 		PoolSize:             4,
 		UIDRange:             "auto",
 		QueueTimeout:         60 * time.Second,

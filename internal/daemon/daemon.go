@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -86,6 +87,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.Writer) (retErr error) {
 	log := base.With(logkey.Component, "daemon")
 	timerslack.Coarsen() // the spawner, and through it every agent, inherit it
+	narrowProcs()
 	dir := cfg.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating data directory: %w", err)
@@ -148,6 +150,7 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 		Log:                  base,
 		Now:                  fault.Wall,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		Cores:                config.Cores,
 		PoolSize:             cfg.PoolSize,
 		QueueTimeout:         cfg.QueueTimeout,
 		Limits: manager.Limits{
@@ -213,7 +216,8 @@ func serve(ctx context.Context, cfg config.Config, base *slog.Logger, stdout io.
 	}
 	fmt.Fprintf(stdout, "sbx listening on http://%s and unix:%s\n", tcp.Addr(), sockPath)
 	fmt.Fprintf(stdout, "admin API key: %s\n", keyPath)
-	log.Info("serving", "listen", tcp.Addr().String(), "socket", sockPath, "backends", strings.Join(cfg.Backends, ","))
+	log.Info("serving", "listen", tcp.Addr().String(), "socket", sockPath, "backends", strings.Join(cfg.Backends, ","),
+		"gomaxprocs", runtime.GOMAXPROCS(0))
 
 	var failed error
 	select {
@@ -334,4 +338,21 @@ func templateDirs(ts map[string]config.Template) map[string]string {
 		dirs[name] = t.Rootfs
 	}
 	return dirs
+}
+
+// daemonProcs is the daemon's GOMAXPROCS on a host of cores: a quarter of
+// them, at least one, about the daemon's share of a sandbox's CPU (3.6 of
+// 13.5 ms per create+exec+destroy on a two-core VM: the sandbox's own
+// processes take most of the rest). A P the daemon's goroutines cannot keep
+// busy costs it anyway: the runtime wakes an idle thread on another CPU
+// for each goroutine made runnable, which finds nothing and sleeps again.
+// With one P instead of two, the daemon's CPU per cycle fell 15-18%.
+func daemonProcs(cores int) int { return max(1, (cores+3)/4) }
+
+// narrowProcs sets the daemon's GOMAXPROCS to daemonProcs of the host's
+// cores, unless the operator set GOMAXPROCS.
+func narrowProcs() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(daemonProcs(config.Cores))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/backend/fake"
+	"sbx.dev/sbx/internal/config"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/store"
 	"sbx.dev/sbx/internal/testutil"
@@ -94,8 +96,15 @@ func (d *daemon) stop(t *testing.T) int {
 
 func TestServe(t *testing.T) {
 	setup(t)
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	dir := filepath.Join(t.TempDir(), "data") // created by serve
 	d := start(t, dir)
+
+	// The daemon narrows its own GOMAXPROCS, unless the operator set one.
+	if got, want := runtime.GOMAXPROCS(0), daemonProcs(config.Cores); os.Getenv("GOMAXPROCS") == "" && got != want {
+		t.Errorf("GOMAXPROCS while serving = %d, want %d of %d cores", got, want, config.Cores)
+	}
 
 	fi, err := os.Stat(dir)
 	if err != nil || fi.Mode().Perm() != 0o700 {
@@ -164,6 +173,14 @@ func TestServe(t *testing.T) {
 	}
 	if _, err := st.LookupKey(t.Context(), strings.TrimSpace(string(fresh))); err != nil {
 		t.Errorf("the new admin key does not authenticate: %v", err)
+	}
+}
+
+func TestDaemonProcs(t *testing.T) {
+	for cores, want := range map[int]int{1: 1, 2: 1, 4: 1, 5: 2, 8: 2, 16: 4, 64: 16} {
+		if got := daemonProcs(cores); got != want {
+			t.Errorf("daemonProcs(%d) = %d, want %d", cores, got, want)
+		}
 	}
 }
 

@@ -35,8 +35,11 @@ type Options struct {
 	Policy  sandbox.Policy
 	Log     *slog.Logger
 	// MaxConcurrentCreates bounds creates in flight; others wait in the queue.
-	// 0 means 2×GOMAXPROCS.
+	// 0 means 2×Cores.
 	MaxConcurrentCreates int
+	// Cores is how many CPUs the host's sandboxes share (the pool refills
+	// one per core); 0 means GOMAXPROCS.
+	Cores int
 	// QueueTimeout bounds the wait in the queue before ErrUnavailable (503).
 	// 0 means DefaultQueueTimeout.
 	QueueTimeout time.Duration
@@ -186,9 +189,10 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if err := opts.Policy.Check(); err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
+	cores := cmp.Or(opts.Cores, runtime.GOMAXPROCS(0))
 	n := opts.MaxConcurrentCreates
 	if n <= 0 {
-		n = 2 * runtime.GOMAXPROCS(0)
+		n = 2 * cores
 	}
 	qt := opts.QueueTimeout
 	if qt <= 0 {
@@ -233,7 +237,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		preview:      newPreviewKey(opts.PreviewSecret),
 	}
 	m.watchers = newWatchers(lifetime, cmp.Or(opts.Heartbeat, DefaultHeartbeat), m.log, m.lose)
-	m.pool = newWarmPool(opts.PoolSize, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {
+	m.pool = newWarmPool(opts.PoolSize, cores, m.slots, m.nextWarm, m.discardWarm, func(w *warm) {
 		m.watchers.add(w.id, w.driver.Name, w.driver.Driver, w.client)
 	})
 	m.auditor = newAuditor(opts.Store, now, log.With(logkey.Component, "audit"),

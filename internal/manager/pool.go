@@ -10,7 +10,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,6 +42,7 @@ type warm struct {
 // the manager closed. The pool calls none of its functions with mu held.
 type warmPool struct {
 	size  int
+	cores int           // refills run one per core
 	slots chan struct{} // the manager's create admission (queue.go)
 	// newWarm starts one warm sandbox, or fails with errNothingWarm when
 	// there is nothing worth keeping warm.
@@ -69,9 +69,9 @@ type warmPool struct {
 // backend is available, or the policy's defaults do not admit.
 var errNothingWarm = errors.New("nothing to keep warm")
 
-func newWarmPool(size int, slots chan struct{}, newWarm func(context.Context) (*warm, error),
+func newWarmPool(size, cores int, slots chan struct{}, newWarm func(context.Context) (*warm, error),
 	discard func(context.Context, *warm), watch func(*warm)) *warmPool {
-	return &warmPool{size: size, slots: slots, newWarm: newWarm, discard: discard, watch: watch,
+	return &warmPool{size: size, cores: max(1, cores), slots: slots, newWarm: newWarm, discard: discard, watch: watch,
 		kick: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
@@ -125,7 +125,7 @@ func (p *warmPool) start(ctx context.Context) {
 	// Refills run in parallel, one per core: a start is mostly the kernel's
 	// and the new process's work, and a drained pool should fill at the rate
 	// the machine can start sandboxes, not one at a time.
-	workers := min(p.size, runtime.GOMAXPROCS(0))
+	workers := min(p.size, p.cores)
 	p.loop.Go(func() {
 		for {
 			select {

@@ -123,7 +123,7 @@ func TestRefillWatchesBeforeHandOut(t *testing.T) {
 	w := &warm{id: sandbox.NewID(), driver: NamedDriver{Name: "fake"}}
 	var p *warmPool
 	var taken *warm
-	p = newWarmPool(1, make(chan struct{}, 1),
+	p = newWarmPool(1, 1, make(chan struct{}, 1),
 		func(context.Context) (*warm, error) { return w, nil },
 		func(context.Context, *warm) {},
 		func(*warm) { taken = p.take("fake", w.spec) }) // a create at the moment it is watched
