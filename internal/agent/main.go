@@ -5,7 +5,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,10 +37,10 @@ const Version = "sbx-agent/1"
 // maxConfig bounds the configuration the agent reads.
 const maxConfig = 16 << 20
 
-// Main runs the agent from cfgJSON (boot.AgentConfig as JSON), or, when it is
+// Main runs the agent from cfgBytes (boot.AgentConfig.MarshalBinary), or, when it is
 // nil, from what it reads on boot.ConfigFD. initLayers are what the init stage
 // before it applied, reported with the agent's own. It never returns.
-func Main(cfgJSON []byte, initLayers map[string]string) {
+func Main(cfgBytes []byte, initLayers map[string]string) {
 	// An idle agent should cost little memory: few threads, a small heap. The
 	// backend normally sets this in the environment (boot.RuntimeEnv).
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -54,7 +53,7 @@ func Main(cfgJSON []byte, initLayers map[string]string) {
 		debug.SetMemoryLimit(16 << 20)
 	}
 
-	if cfgJSON == nil {
+	if cfgBytes == nil {
 		f := os.NewFile(boot.ConfigFD, "config")
 		b, err := io.ReadAll(io.LimitReader(f, maxConfig))
 		f.Close()
@@ -62,10 +61,10 @@ func Main(cfgJSON []byte, initLayers map[string]string) {
 			fmt.Fprintln(os.Stderr, "sbx agent: reading configuration:", err)
 			os.Exit(2)
 		}
-		cfgJSON = b
+		cfgBytes = b
 	}
 	var cfg boot.AgentConfig
-	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+	if err := cfg.UnmarshalBinary(cfgBytes); err != nil {
 		fmt.Fprintln(os.Stderr, "sbx agent: parsing configuration:", err)
 		os.Exit(2)
 	}
@@ -214,8 +213,8 @@ func Serve(ctx context.Context, cfg boot.AgentConfig, ln net.Listener, log *slog
 		nsinit.Mark("serve")
 		report.Marks = nsinit.Marks()
 		if len(report.Layers) > 0 {
-			if js, err := json.Marshal(report); err == nil {
-				unix.Write(cfg.ReadyFD, append([]byte(boot.ReadyPrefix), js...))
+			if b, err := report.MarshalBinary(); err == nil {
+				unix.Write(cfg.ReadyFD, append([]byte(boot.ReadyPrefix), b...))
 			}
 		}
 		unix.Close(cfg.ReadyFD)

@@ -1,7 +1,7 @@
 package backend
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -9,15 +9,15 @@ import (
 )
 
 // ReadyReport reads what an init stage or agent wrote on its ReadyFD before
-// closing it: its report of the layers it applied (boot.ReadyPrefix and
-// JSON), nil for nothing, or an error carrying the reason it gave for not
-// starting.
+// closing it: its report of the layers it applied (boot.ReadyPrefix, then
+// Report.MarshalBinary), nil for nothing, or an error carrying the reason it
+// gave for not starting.
 func ReadyReport(msg []byte) (*boot.Report, error) {
-	js, ok := strings.CutPrefix(string(msg), boot.ReadyPrefix)
+	b, ok := bytes.CutPrefix(msg, []byte(boot.ReadyPrefix))
 	switch {
 	case ok:
 		var rep boot.Report
-		if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		if err := rep.UnmarshalBinary(b); err != nil {
 			return nil, fmt.Errorf("the agent's report of its isolation: %w", err)
 		}
 		return &rep, nil

@@ -11,7 +11,7 @@ const (
 	// agent, whose AgentConfig came in the init stage's plan.
 	InitArg = "__sbx_init"
 	// AgentArg selects the in-sandbox agent; a further argument (the sandbox
-	// id) only names the process. It reads AgentConfig as JSON from ConfigFD.
+	// id) only names the process. It reads AgentConfig (MarshalBinary) from ConfigFD.
 	AgentArg = "__sbx_agent"
 	// SpawnerArg selects the native driver's spawner, which forks the
 	// sandboxes' init stages for the daemon (backend/native).
@@ -114,7 +114,7 @@ type LandlockRules struct {
 }
 
 // ReadyPrefix starts the line an agent writes on ReadyFD once it serves,
-// followed by its Report as JSON. Anything else written there is why it
+// followed by its Report (MarshalBinary). Anything else written there is why it
 // could not start.
 const ReadyPrefix = "ready "
 

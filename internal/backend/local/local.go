@@ -299,7 +299,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 		ArchiveMaxBytes: d.opts.ArchiveMaxBytes, ArchiveMaxEntries: d.opts.ArchiveMaxEntries,
 		Landlock: rules, Seccomp: prog, SeccompID: progID, ReadyFD: readyFD,
 	}
-	js, err := json.Marshal(cfg)
+	js, err := cfg.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -361,7 +361,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec, ws string
 				cfg.FreezerFD = 5
 			}
 		}
-		if js, err = json.Marshal(cfg); err != nil {
+		if js, err = cfg.MarshalBinary(); err != nil {
 			return err
 		}
 	}

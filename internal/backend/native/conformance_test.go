@@ -1,7 +1,6 @@
 package native
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,9 +20,9 @@ import (
 
 // fakeAgent stands in for the agent in the jail tests: it serves GET /health
 // (204) on the inherited socket, reaps orphans as PID 1, and exits on SIGTERM.
-func fakeAgent(cfgJSON []byte) {
+func fakeAgent(cfgBytes []byte) {
 	var cfg boot.AgentConfig
-	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+	if err := cfg.UnmarshalBinary(cfgBytes); err != nil {
 		fmt.Fprintln(os.Stderr, "fake agent:", err)
 		os.Exit(2)
 	}

@@ -399,11 +399,11 @@ func (d *Driver) plan(b *box, spec sandbox.Spec) (nsinit.Plan, error) {
 			p.KeepFDs = append(p.KeepFDs, fd)
 		}
 	}
-	js, err := json.Marshal(cfg)
+	agent, err := cfg.MarshalBinary()
 	if err != nil {
 		return p, err
 	}
-	p.Agent = js
+	p.Agent = agent
 	if d.testArgv != nil {
 		p.Path, p.Argv, p.Env = d.testArgv[0], d.testArgv, agentEnv
 	}
@@ -421,7 +421,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err != nil {
 		return err
 	}
-	plan, err := json.Marshal(p)
+	plan, err := p.MarshalBinary()
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@
 package nsinit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -168,7 +167,7 @@ func readPlan() (*Plan, error) {
 		return nil, errors.New("no plan: the parent closed the pipe")
 	}
 	var p Plan
-	if err := json.Unmarshal(buf, &p); err != nil {
+	if err := p.UnmarshalBinary(buf); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -5,16 +5,12 @@
 // beyond the plan it is handed.
 package nsinit
 
-import (
-	"encoding/json"
-
-	"sbx.dev/sbx/internal/isolation/mount"
-)
+import "sbx.dev/sbx/internal/isolation/mount"
 
 // File descriptors of the init stage. The parent passes them as its first extra
 // files, in this order.
 const (
-	// PlanFD is the read end of a pipe carrying the Plan as JSON.
+	// PlanFD is the read end of a pipe carrying the Plan (MarshalBinary).
 	PlanFD = 3
 	// StatusFD is the write end of a pipe on which init writes why it failed. On
 	// success it is left to the agent, which closes it once it serves (or writes
@@ -68,7 +64,7 @@ type Plan struct {
 	// Agent is the configuration (boot.AgentConfig) of the agent the process
 	// goes on as when there is no Path: Main returns it. It travels here, not
 	// in argv, which the host shows to every user.
-	Agent json.RawMessage `json:"agent,omitempty"`
+	Agent []byte `json:"agent,omitempty"`
 }
 
 // OpenFD is a file opened before pivot_root and moved to fd FD.
