@@ -25,6 +25,13 @@ type Writer struct {
 	B []byte
 }
 
+// Record starts a record of kind tag: Open checks it comes first.
+func Record(tag string) *Writer {
+	w := &Writer{}
+	w.String(tag)
+	return w
+}
+
 // Uint appends v.
 func (w *Writer) Uint(v uint64) { w.B = binary.AppendUvarint(w.B, v) }
 
@@ -85,6 +92,16 @@ type Reader struct {
 
 // NewReader reads b.
 func NewReader(b []byte) *Reader { return &Reader{b: b} }
+
+// Open reads b, a record Record(tag) started, or fails naming what it is
+// not.
+func Open(b []byte, tag string) (*Reader, error) {
+	r := NewReader(b)
+	if got := r.String(); got != tag {
+		return nil, fmt.Errorf("not a %s record (%.20q)", tag, got)
+	}
+	return r, nil
+}
 
 // errShort is a record that ends before its last field.
 var errShort = errors.New("record ends early")

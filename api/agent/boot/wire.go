@@ -15,8 +15,7 @@ const (
 // MarshalBinary encodes c for UnmarshalBinary (package wire): the form the
 // agent reads its configuration in.
 func (c AgentConfig) MarshalBinary() ([]byte, error) {
-	w := &wire.Writer{}
-	w.String(configTag)
+	w := wire.Record(configTag)
 	w.String(c.SandboxID)
 	w.Int(int64(c.ListenFD))
 	w.String(c.Listen)
@@ -51,9 +50,9 @@ func (c AgentConfig) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary made. (The calls in a composite
 // literal run in lexical order, the fields' order on the wire.)
 func (c *AgentConfig) UnmarshalBinary(b []byte) error {
-	r := wire.NewReader(b)
-	if tag := r.String(); tag != configTag {
-		return fmt.Errorf("agent configuration: not one (%.20q)", tag)
+	r, err := wire.Open(b, configTag)
+	if err != nil {
+		return fmt.Errorf("agent configuration: %w", err)
 	}
 	*c = AgentConfig{
 		SandboxID: r.String(), ListenFD: int(r.Int()), Listen: r.String(), Root: r.String(),
@@ -77,8 +76,7 @@ func (c *AgentConfig) UnmarshalBinary(b []byte) error {
 // MarshalBinary encodes r for UnmarshalBinary (package wire): the form of the
 // report after ReadyPrefix.
 func (r Report) MarshalBinary() ([]byte, error) {
-	w := &wire.Writer{}
-	w.String(reportTag)
+	w := wire.Record(reportTag)
 	w.Map(r.Layers)
 	w.Int(int64(r.LandlockABI))
 	w.String(r.SeccompProfile)
@@ -92,9 +90,9 @@ func (r Report) MarshalBinary() ([]byte, error) {
 
 // UnmarshalBinary decodes what MarshalBinary made.
 func (r *Report) UnmarshalBinary(b []byte) error {
-	rd := wire.NewReader(b)
-	if tag := rd.String(); tag != reportTag {
-		return fmt.Errorf("report: not one (%.20q)", tag)
+	rd, err := wire.Open(b, reportTag)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
 	}
 	*r = Report{Layers: rd.Map(), LandlockABI: int(rd.Int()), SeccompProfile: rd.String()}
 	if n := rd.Count(2); n > 0 {

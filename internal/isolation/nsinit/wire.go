@@ -13,8 +13,7 @@ const planTag = "sbx.plan/1"
 // MarshalBinary encodes p for UnmarshalBinary (package wire): the form the
 // parent writes on PlanFD.
 func (p Plan) MarshalBinary() ([]byte, error) {
-	w := &wire.Writer{}
-	w.String(planTag)
+	w := wire.Record(planTag)
 	w.String(p.Hostname)
 	p.Mount.Encode(w)
 	w.String(p.Workdir)
@@ -42,9 +41,9 @@ func (p Plan) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary made. (The calls in a composite
 // literal run in lexical order, the fields' order on the wire.)
 func (p *Plan) UnmarshalBinary(b []byte) error {
-	r := wire.NewReader(b)
-	if tag := r.String(); tag != planTag {
-		return fmt.Errorf("plan: not one (%.20q)", tag)
+	r, err := wire.Open(b, planTag)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
 	}
 	*p = Plan{Hostname: r.String(), Mount: mount.Decode(r), Workdir: r.String(), MountsFD: int(r.Int()),
 		CloseFDs: r.Ints(), UserNamespaces: int(r.Int())}
