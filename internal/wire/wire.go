@@ -1,8 +1,8 @@
 // Package wire is a compact, positional binary encoding for what the daemon
 // hands the processes it starts from its own binary (a sandbox's plan, an
 // agent's configuration) and what they answer (the ready report). Both ends
-// are the same build, so a record is its fields in a fixed order, with no
-// names or tags. It exists for the start of a sandbox: encoding/json builds
+// are the same build, so a record is a tag naming its kind, then its fields
+// in a fixed order, with no field names. It exists for the start of a sandbox: encoding/json builds
 // its per-type decoders by reflection in every fresh process, 0.2-0.3 ms of
 // a sandbox's start for three small records; this is a few microseconds.
 //
