@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"sbx.dev/sbx/api/agent/boot"
-	"sbx.dev/sbx/internal/wire/wiretest"
+	"sbx.dev/sbx/internal/testutil/wiretest"
 )
 
 func TestAgentConfigWire(t *testing.T) {

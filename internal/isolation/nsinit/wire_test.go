@@ -3,7 +3,7 @@ package nsinit
 import (
 	"testing"
 
-	"sbx.dev/sbx/internal/wire/wiretest"
+	"sbx.dev/sbx/internal/testutil/wiretest"
 )
 
 func TestPlanWire(t *testing.T) {
