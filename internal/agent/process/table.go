@@ -194,6 +194,53 @@ type Event struct {
 	Stream  int
 	Data    []byte
 	Dropped int64
+	chunk   *chunk // Data's buffer when it is shared and reused, else nil
+}
+
+// Release says ev's Data will not be read again: a buffer shared with the
+// process's other followers is reused once each of them has released it.
+// Call it after the last use of Data, or never (the buffer is then left to
+// the garbage collector).
+func (ev Event) Release() { ev.chunk.release() }
+
+// chunk is a buffer of bulk output queued on the Subs of a process, reused
+// once the last of them has released it. A process that writes fast (a file
+// cat'ed, a build's log) is read bulkReadSize bytes at a time; a fresh copy of
+// each read for its followers made the agent's garbage collector its largest
+// cost (half of its CPU, with the small heap the agent keeps).
+type chunk struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+// chunks holds the reusable chunks; only reads larger than smallChunk use
+// them, so a sandbox that never streams in bulk keeps no such buffer.
+var chunks = sync.Pool{New: func() any { return &chunk{b: make([]byte, 0, bulkReadSize)} }}
+
+const smallChunk = 32 << 10
+
+// shareChunk returns a copy of data for refs holders: a chunk from the pool
+// for a bulk read, else a plain copy (nil chunk).
+func shareChunk(data []byte, refs int) ([]byte, *chunk) {
+	if len(data) <= smallChunk || len(data) > bulkReadSize {
+		return bytes.Clone(data), nil
+	}
+	c := chunks.Get().(*chunk)
+	c.b = append(c.b[:0], data...)
+	c.refs.Store(int32(refs))
+	return c.b, c
+}
+
+func (c *chunk) release() {
+	if c == nil {
+		return
+	}
+	switch n := c.refs.Add(-1); {
+	case n == 0:
+		chunks.Put(c)
+	case n < 0:
+		panic("process: output chunk released more often than shared")
+	}
 }
 
 // Proc is one process the agent started. Its exported fields do not change.
@@ -489,7 +536,7 @@ func newSub(bounded bool) *Sub {
 func (s *Sub) Ready() <-chan struct{} { return s.ready }
 
 // Drain returns the queued events, and lets the process's output be read
-// again if the queue held it back.
+// again if the queue held it back. The caller releases each (Event.Release).
 func (s *Sub) Drain() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -511,9 +558,10 @@ func (s *Sub) appendLost(q []Event) []Event {
 	return q
 }
 
-// push queues ev; it reports whether the queue is full, which for a complete
+// push queues ev; it reports whether it did (a closed Sub, or a bounded one
+// out of room, does not) and whether the queue is full, which for a complete
 // Sub means the reader must wait (waitRoom) before reading on.
-func (s *Sub) push(ev Event) (full bool) {
+func (s *Sub) push(ev Event) (queued, full bool) {
 	s.mu.Lock()
 	switch {
 	case s.closed:
@@ -525,14 +573,14 @@ func (s *Sub) push(ev Event) (full bool) {
 		}
 		s.q = append(s.q, ev)
 		s.size += len(ev.Data)
-		full = !s.bounded && s.size >= subMax
+		queued, full = true, !s.bounded && s.size >= subMax
 	}
 	s.mu.Unlock()
 	select {
 	case s.ready <- struct{}{}:
 	default:
 	}
-	return full
+	return queued, full
 }
 
 // waitRoom blocks while the queue is full and the Sub followed.
@@ -549,6 +597,9 @@ func (s *Sub) waitRoom() {
 func (s *Sub) close() {
 	s.mu.Lock()
 	s.closed = true
+	for _, ev := range s.q {
+		ev.Release()
+	}
 	s.q, s.size = nil, 0
 	s.room.Broadcast()
 	s.mu.Unlock()
@@ -634,12 +685,19 @@ func (p *Proc) output(stream int, data []byte) (full []*Sub) {
 		return f, path, err
 	})
 	if len(p.subs) > 0 {
-		d := bytes.Clone(data)
+		// One reference per Sub and one for this loop, so a Sub that
+		// sends and releases it at once cannot free it under the others.
+		d, c := shareChunk(data, len(p.subs)+1)
 		for s := range p.subs {
-			if s.push(Event{Stream: stream, Data: d}) {
+			queued, isFull := s.push(Event{Stream: stream, Data: d, chunk: c})
+			if !queued {
+				c.release()
+			}
+			if isFull {
 				full = append(full, s)
 			}
 		}
+		c.release()
 	}
 	return full
 }

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"strconv"
@@ -95,4 +96,90 @@ func TestWorkloadTimerSlack(t *testing.T) {
 	if got := read(Config{Confine: func() error { return nil }}); got != want {
 		t.Errorf("forked from the spawn thread: slack %q, want %s", got, want)
 	}
+}
+
+// Bulk output reaches every follower whole, though its buffers are shared
+// among them and reused once each has released them: one follower releases
+// each event at once, the other keeps all of its own unreleased to the end,
+// and both read back exactly what the process wrote.
+func TestSharedOutputChunks(t *testing.T) {
+	tab := NewTable(Config{})
+	t.Cleanup(tab.Close)
+	dir := t.TempDir()
+	want := make([]byte, 6<<20)
+	for i := range want {
+		want[i] = byte(i*7 + i>>11)
+	}
+	if err := os.WriteFile(dir+"/data", want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tab.Start(Spec{Argv: []string{"/bin/sh", "-c", "read x; cat data"}, Env: []string{"PATH=" + os.Getenv("PATH")},
+		Dir: dir, Stdin: true, Timeout: time.Minute, NoSpill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := p.Subscribe(false), p.Subscribe(false)
+	if err := p.WriteStdin(t.Context(), []byte("go\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	var kept []Event
+	read := func(s *Sub, keep bool) []byte {
+		var got []byte
+		take := func() {
+			for _, ev := range s.Drain() {
+				got = append(got, ev.Data...)
+				if keep {
+					kept = append(kept, ev)
+				} else {
+					ev.Release()
+				}
+			}
+		}
+		for {
+			select {
+			case <-s.Ready():
+				take()
+			case <-p.Done(): // every byte was queued before the result
+				take()
+				return got
+			case <-time.After(time.Minute):
+				t.Error("no output for a minute")
+				return got
+			}
+		}
+	}
+	done := make(chan []byte)
+	go func() { done <- read(fast, false) }()
+	gotSlow := read(slow, true)
+	gotFast := <-done
+	var held []byte
+	shared := 0
+	for _, ev := range kept {
+		held = append(held, ev.Data...)
+		if ev.chunk != nil {
+			shared++
+		}
+	}
+	for name, got := range map[string][]byte{"releasing follower": gotFast, "keeping follower": gotSlow, "kept events, read again at the end": held} {
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes, want the %d the process wrote (first difference at %d)", name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+	if shared == 0 {
+		t.Errorf("no event's buffer was shared: the test did not reach bulk reads")
+	}
+	for _, ev := range kept {
+		ev.Release()
+	}
+	p.Unsubscribe(fast)
+	p.Unsubscribe(slow)
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

@@ -226,7 +226,9 @@ func follow(ctx context.Context, p *process.Proc, sub *process.Sub, interval tim
 			return nil
 		}
 		for _, ev := range sub.Drain() {
-			if err := send(ev); err != nil {
+			err := send(ev) // done with ev.Data when it returns
+			ev.Release()
+			if err != nil {
 				return err
 			}
 		}
