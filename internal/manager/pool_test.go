@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -47,6 +48,12 @@ func TestPoolHandsOutWarmSandboxes(t *testing.T) {
 	got, err := e.m.Get(t.Context(), sb.ID)
 	if err != nil || got.State != sandbox.StateRunning {
 		t.Errorf("Get(%s) = %+v, %v", sb.ID, got, err)
+	}
+	// What the hand-out answered is what it stored.
+	if !reflect.DeepEqual(got.Isolation, sb.Isolation) || got.Backend != sb.Backend || got.OwnerKey != sb.OwnerKey ||
+		!got.CreatedAt.Equal(sb.CreatedAt.Truncate(time.Millisecond)) || !got.ExpiresAt.Equal(sb.ExpiresAt.Truncate(time.Millisecond)) ||
+		!reflect.DeepEqual(got.Spec.Labels, sb.Spec.Labels) || got.Spec.MemoryBytes != sb.Spec.MemoryBytes {
+		t.Errorf("hand-out answered %+v, stored %+v", sb, got)
 	}
 	// The pool refills.
 	waitReady(t, e.m, 2)

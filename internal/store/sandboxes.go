@@ -101,6 +101,29 @@ func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox,
 	return sb, nil
 }
 
+// SwapSandbox writes sb over the record of sb.ID, its state, saved,
+// isolation, created_at, expires_at, labels, owner_key and error, if that
+// record is in state from: UpdateSandbox for a caller that holds the whole
+// record already, in one statement instead of a transaction that reads the
+// record first. It fails with sandbox.ErrNotFound when no record of sb.ID
+// is in state from.
+func (s *Store) SwapSandbox(ctx context.Context, sb sandbox.Sandbox, from sandbox.State) error {
+	r, err := encode(sb)
+	if err != nil {
+		return err
+	}
+	res, err := s.stmtSwap.ExecContext(ctx,
+		sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, sb.OwnerKey,
+		time.Now().UnixMilli(), sb.ID, from)
+	if err != nil {
+		return fmt.Errorf("updating sandbox %s: %w", sb.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("sandbox %s in state %s %w", sb.ID, from, sandbox.ErrNotFound)
+	}
+	return nil
+}
+
 // ListSandboxes returns every record, oldest first; with states, only those in
 // one of them.
 func (s *Store) ListSandboxes(ctx context.Context, states ...sandbox.State) ([]sandbox.Sandbox, error) {

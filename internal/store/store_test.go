@@ -265,3 +265,79 @@ func BenchmarkSandboxLifecycle(b *testing.B) {
 		}
 	}
 }
+
+// SwapSandbox writes the whole record only from the state it names: a warm
+// record becomes running, a second swap from warm finds nothing and changes
+// nothing, nor does one for an id with no record.
+func TestSwapSandbox(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	warm := record(sandbox.StateWarm)
+	warm.Spec.Env = nil
+	warm.Saved = []byte(`{"pid":1}`)
+	if err := s.PutSandbox(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	running := warm
+	running.State, running.OwnerKey = sandbox.StateRunning, "key1"
+	running.Spec.Labels = map[string]string{"team": "b"}
+	running.CreatedAt = time.UnixMilli(1_700_000_100_000)
+	if err := s.SwapSandbox(ctx, running, sandbox.StateWarm); err != nil {
+		t.Fatalf("SwapSandbox from warm = %v", err)
+	}
+	got, err := s.GetSandbox(ctx, warm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, running) {
+		t.Errorf("after the swap:\n got %+v\nwant %+v", got, running)
+	}
+	again := running
+	again.OwnerKey = "key2"
+	if err := s.SwapSandbox(ctx, again, sandbox.StateWarm); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a second swap from warm = %v, want ErrNotFound", err)
+	}
+	if got, _ := s.GetSandbox(ctx, warm.ID); got.OwnerKey != "key1" {
+		t.Errorf("a refused swap changed the record: owner %q", got.OwnerKey)
+	}
+	missing := record(sandbox.StateRunning)
+	if err := s.SwapSandbox(ctx, missing, sandbox.StateWarm); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a swap of no record = %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkHandOut is a warm record turned running: read, change and write
+// back in a transaction (UpdateSandbox) against one statement (SwapSandbox).
+func BenchmarkHandOut(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "sbx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	for _, swap := range []bool{false, true} {
+		name := "update"
+		if swap {
+			name = "swap"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				sb := record(sandbox.StateWarm)
+				if err := s.PutSandbox(ctx, sb); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if swap {
+					sb.State = sandbox.StateRunning
+					err = s.SwapSandbox(ctx, sb, sandbox.StateWarm)
+				} else {
+					_, err = s.UpdateSandbox(ctx, sb.ID, func(r *sandbox.Sandbox) error { r.State = sandbox.StateRunning; return nil })
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
