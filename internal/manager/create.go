@@ -191,14 +191,8 @@ func (m *Manager) start(ctx context.Context, nd NamedDriver, spec sandbox.Spec) 
 	agentReady := time.Now()
 	fault.Point(fault.Agent)
 
-	deadline := m.now().Add(spec.TTL)
-	sb, err := m.commitCreate(ctx, id, func(r *sandbox.Sandbox) error {
-		r.State = sandbox.StateRunning
-		r.Saved = inst.Saved
-		r.Isolation = inst.Applied
-		r.ExpiresAt = deadline
-		return nil
-	})
+	rec.State, rec.Saved, rec.Isolation, rec.ExpiresAt = sandbox.StateRunning, inst.Saved, inst.Applied, m.now().Add(spec.TTL)
+	sb, err := m.commitCreate(ctx, rec, sandbox.StateCreating)
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("recording start: %w", err)
 	}

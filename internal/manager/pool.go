@@ -19,7 +19,6 @@ import (
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/logkey"
 	"sbx.dev/sbx/internal/sandbox"
-	"sbx.dev/sbx/internal/store"
 )
 
 // warm is one ready sandbox in the pool.
@@ -337,9 +336,9 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 		return sandbox.Sandbox{}, false
 	}
 	now := m.now()
-	sb, err := m.commitHandOut(ctx, sandbox.Sandbox{ID: w.id, State: sandbox.StateRunning, Backend: w.driver.Name,
+	sb, err := m.commitCreate(ctx, sandbox.Sandbox{ID: w.id, State: sandbox.StateRunning, Backend: w.driver.Name,
 		Spec: spec, Isolation: w.inst.Applied, Saved: w.inst.Saved, CreatedAt: now, ExpiresAt: now.Add(spec.TTL),
-		OwnerKey: keyID(ctx)})
+		OwnerKey: keyID(ctx)}, sandbox.StateWarm)
 	if err != nil {
 		log.WarnContext(ctx, "handing out a warm sandbox failed; discarding it", logkey.Err, err)
 		m.discardWarm(ctx, w)
@@ -348,27 +347,6 @@ func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spe
 	m.adopt(w.id, nd.Name, w.client, spec.TTL)
 	log.InfoContext(ctx, "sandbox created from the warm pool", "level", sb.Isolation.Level)
 	return sb, true
-}
-
-// commitHandOut writes sb, a warm sandbox handed out, over its record, which
-// must still be warm: the pool holds everything the record has (startWarm
-// wrote it), so without an idempotency key to store beside it this is one
-// statement, not a transaction that reads the record back first (the
-// store's transaction was three quarters of a hand-out's CPU).
-func (m *Manager) commitHandOut(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, error) {
-	if _, ok := ctx.Value(idemCtx{}).(store.Idempotency); ok {
-		return m.commitCreate(ctx, sb.ID, func(r *sandbox.Sandbox) error {
-			if r.State != sandbox.StateWarm {
-				return wrongState(r.State)
-			}
-			*r = sb
-			return nil
-		})
-	}
-	if err := m.store.SwapSandbox(ctx, sb, sandbox.StateWarm); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	return sb, nil
 }
 
 // discardWarm destroys a warm sandbox and drops its record.
@@ -444,11 +422,8 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.store.UpdateSandbox(ctx, id, func(r *sandbox.Sandbox) error {
-		r.Saved = inst.Saved
-		r.Isolation = inst.Applied
-		return nil
-	}); err != nil {
+	rec.Saved, rec.Isolation = inst.Saved, inst.Applied
+	if err := m.store.SwapSandbox(ctx, rec, sandbox.StateWarm); err != nil {
 		return nil, err
 	}
 	return &warm{id: id, driver: nd, client: client, spec: spec, inst: inst}, nil

@@ -51,7 +51,7 @@ func TestPoolHandsOutWarmSandboxes(t *testing.T) {
 	}
 	// What the hand-out answered is what it stored.
 	if !reflect.DeepEqual(got.Isolation, sb.Isolation) || got.Backend != sb.Backend || got.OwnerKey != sb.OwnerKey ||
-		!got.CreatedAt.Equal(sb.CreatedAt.Truncate(time.Millisecond)) || !got.ExpiresAt.Equal(sb.ExpiresAt.Truncate(time.Millisecond)) ||
+		!got.CreatedAt.Equal(sb.CreatedAt) || !got.ExpiresAt.Equal(sb.ExpiresAt) ||
 		!reflect.DeepEqual(got.Spec.Labels, sb.Spec.Labels) || got.Spec.MemoryBytes != sb.Spec.MemoryBytes {
 		t.Errorf("hand-out answered %+v, stored %+v", sb, got)
 	}
@@ -142,5 +142,40 @@ func TestRefillWatchesBeforeHandOut(t *testing.T) {
 	}
 	if got := p.take("fake", w.spec); got != w {
 		t.Errorf("take after the refill = %v, want %s", got, w.id)
+	}
+}
+
+// A create answers the record it stored, cold or from the pool, with an
+// idempotency key or without: the commit writes the manager's record whole
+// instead of reading it back, so the two must not drift.
+func TestCreateAnswersWhatItStored(t *testing.T) {
+	for _, pool := range []int{0, 1} {
+		e := newEnv(t, func(o *Options) { o.PoolSize = pool })
+		e.clock.mu.Lock()
+		e.clock.t = e.clock.t.Add(1234567 * time.Nanosecond) // between milliseconds, which the store keeps
+		e.clock.mu.Unlock()
+		waitReady(t, e.m, pool)
+		for _, key := range []string{"", "op-1"} {
+			req := sandbox.CreateRequest{Labels: map[string]string{"k": key}}
+			var sb sandbox.Sandbox
+			var err error
+			if key == "" {
+				sb, err = e.m.Create(t.Context(), req)
+			} else {
+				sb, _, err = e.m.CreateIdempotent(t.Context(), req, key)
+			}
+			if err != nil {
+				t.Fatalf("pool %d, key %q: Create: %v", pool, key, err)
+			}
+			got, err := e.m.Get(t.Context(), sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb.Spec.Env, got.Spec.Env = nil, nil
+			if !reflect.DeepEqual(got, sb) {
+				t.Errorf("pool %d, key %q: create answered\n%+v\nGet reads\n%+v", pool, key, sb, got)
+			}
+			waitReady(t, e.m, pool)
+		}
 	}
 }

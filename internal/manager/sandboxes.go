@@ -188,19 +188,15 @@ func (m *Manager) destroy(ctx context.Context, op string, id sandbox.ID, why str
 	cctx, cancel := cleanupContext(ctx) // a dropped request must not leave half a teardown
 	defer cancel()
 	began := time.Now()
-	sb, err := m.store.UpdateSandbox(cctx, id, func(r *sandbox.Sandbox) error {
-		r.State = sandbox.StateDeleting
-		return nil
-	})
+	backendName, owner, err := m.store.SetSandboxState(cctx, id, sandbox.StateDeleting)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return notFound(op, id)
 	}
 	if err != nil {
 		return &sandbox.Error{Op: op, ID: id, Err: err}
 	}
-	owner = sb.OwnerKey
-	log := m.log.With(logkey.SandboxID, id, logkey.Backend, sb.Backend)
-	d := m.driver(sb.Backend)
+	log := m.log.With(logkey.SandboxID, id, logkey.Backend, backendName)
+	d := m.driver(backendName)
 	if d == nil {
 		// Its host resources cannot be reached from this configuration; the record
 		// goes (every state can be deleted), and the operator is told.

@@ -124,6 +124,21 @@ func (s *Store) SwapSandbox(ctx context.Context, sb sandbox.Sandbox, from sandbo
 	return nil
 }
 
+// SetSandboxState sets the state of id's record, in one statement, and
+// returns the record's backend and owner key: UpdateSandbox for a change of
+// state alone (a delete's mark). It fails with sandbox.ErrNotFound when
+// there is no such record.
+func (s *Store) SetSandboxState(ctx context.Context, id sandbox.ID, state sandbox.State) (backend, owner string, err error) {
+	err = s.stmtState.QueryRowContext(ctx, state, time.Now().UnixMilli(), id).Scan(&backend, &owner)
+	if notFound(err) {
+		return "", "", fmt.Errorf("sandbox %s %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	return backend, owner, nil
+}
+
 // ListSandboxes returns every record, oldest first; with states, only those in
 // one of them.
 func (s *Store) ListSandboxes(ctx context.Context, states ...sandbox.State) ([]sandbox.Sandbox, error) {

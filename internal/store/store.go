@@ -21,7 +21,7 @@ type Store struct {
 	db *sql.DB
 	// The statements of every sandbox's life, prepared once: SQLite parses
 	// and plans a statement each time it is prepared.
-	stmtInsert, stmtSelect, stmtUpdate, stmtSwap, stmtDelete, stmtAudit *sql.Stmt
+	stmtInsert, stmtSelect, stmtUpdate, stmtSwap, stmtState, stmtDelete, stmtAudit *sql.Stmt
 }
 
 // Open opens (creating when missing) the database file at path and migrates it to
@@ -72,6 +72,7 @@ func (s *Store) prepare(ctx context.Context) error {
 			labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ?`},
 		{&s.stmtSwap, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
 			labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ? AND state = ?`},
+		{&s.stmtState, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? RETURNING backend, owner_key`},
 		{&s.stmtDelete, `DELETE FROM sandboxes WHERE id = ?`},
 		{&s.stmtAudit, `INSERT INTO audit_log (at, key_id, sandbox_id, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`},
 	} {

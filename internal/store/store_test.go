@@ -341,3 +341,28 @@ func BenchmarkHandOut(b *testing.B) {
 		})
 	}
 }
+
+// SetSandboxState changes the state alone and answers the backend and owner;
+// a record that is not there is ErrNotFound.
+func TestSetSandboxState(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	sb := record(sandbox.StateRunning)
+	sb.Spec.Env, sb.OwnerKey = nil, "key1"
+	if err := s.PutSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	backend, owner, err := s.SetSandboxState(ctx, sb.ID, sandbox.StateDeleting)
+	if err != nil || backend != "fake" || owner != "key1" {
+		t.Fatalf("SetSandboxState = %q, %q, %v; want fake, key1", backend, owner, err)
+	}
+	got, err := s.GetSandbox(ctx, sb.ID)
+	want := sb
+	want.State = sandbox.StateDeleting
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("after it:\n got %+v, %v\nwant %+v", got, err, want)
+	}
+	if _, _, err := s.SetSandboxState(ctx, sandbox.NewID(), sandbox.StateDeleting); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("SetSandboxState of no record = %v, want ErrNotFound", err)
+	}
+}
