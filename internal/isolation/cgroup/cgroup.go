@@ -620,30 +620,28 @@ func (l *Layout) rmdirTree(dir string) error {
 		return os.RemoveAll(dir)
 	}
 	// Mostly the group has no children: one rmdir does it. With children it
-	// fails with EBUSY and they go first.
+	// fails with EBUSY and they go first, each the same way: only a group
+	// that has children is listed (a group's directory lists its thirty-odd
+	// control files too, and a leaf's never needs reading).
 	switch err := syscall.Rmdir(dir); {
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.ENOENT):
 		return fs.ErrNotExist
 	}
-	var subs []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			subs = append(subs, p)
-		}
-		return nil
-	})
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	for _, d := range slices.Backward(subs) {
-		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &fs.PathError{Op: "rmdir", Path: d, Err: err}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := l.rmdirTree(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
+	}
+	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return &fs.PathError{Op: "rmdir", Path: dir, Err: err}
 	}
 	return nil
 }
