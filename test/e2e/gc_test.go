@@ -98,3 +98,58 @@ func TestGCRemovesOrphans(t *testing.T) {
 		t.Errorf("the new daemon's sandbox on the reused data dir after sbx gc: %+v", r)
 	}
 }
+
+// A data dir removed around its mounted disk pool (rm -rf removes all but
+// the mount point) leaves the pool mounted; `sbx gc` detaches it with the
+// orphan, and leaves a live daemon's pool mounted (control).
+func TestGCDetachesGonePool(t *testing.T) {
+	live := sharedDaemon(t)
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	id := d.create(nil)
+	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
+	agent := agentPID(t, d.instance, id)
+	d.kill()
+	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
+	t.Cleanup(func() { // whatever the outcome, nothing of it stays mounted
+		if isMounted(t, pool) {
+			syscall.Unmount(pool, syscall.MNT_DETACH)
+		}
+		os.RemoveAll(d.dataDir)
+	})
+	os.RemoveAll(d.dataDir) // fails at the mount point, removes the rest
+	if !isMounted(t, pool) {
+		t.Fatalf("%s is not mounted after the data dir's removal: nothing to test", pool)
+	}
+	livePool := filepath.Join(live.dataDir, "backends", "native", "disk")
+	if !isMounted(t, livePool) {
+		t.Fatalf("the live daemon's pool %s is not mounted", livePool)
+	}
+	if out, err := exec.Command(sbxBin, "gc").CombinedOutput(); err != nil {
+		t.Fatalf("sbx gc: %v %s", err, out)
+	}
+	if !waitUntil(5*time.Second, func() bool { return syscall.Kill(agent, 0) != nil }) {
+		t.Errorf("the orphan's agent (pid %d) survived sbx gc", agent)
+	}
+	if isMounted(t, pool) {
+		t.Errorf("the gone instance's pool %s is still mounted after sbx gc", pool)
+	}
+	if !isMounted(t, livePool) {
+		t.Errorf("sbx gc detached the live daemon's pool %s", livePool)
+	}
+}
+
+// isMounted reports whether path is a mount point, by this process's
+// mountinfo.
+func isMounted(t *testing.T, path string) bool {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}

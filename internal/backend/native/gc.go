@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"sbx.dev/sbx/internal/isolation/cgroup"
+	"sbx.dev/sbx/internal/isolation/quota"
 	"sbx.dev/sbx/internal/sandbox"
 )
 
@@ -101,6 +102,11 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 		if dryRun {
 			continue
 		}
+		// Its disk quota pool stays mounted when its sandboxes outlived the
+		// daemon and the data dir was removed around the mount point.
+		if err := unmountGone(inst); err != nil {
+			errs = append(errs, err)
+		}
 		for _, root := range roots {
 			err := os.Remove(filepath.Join(root, "sbx", inst))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -115,6 +121,28 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// unmountGone detaches the disk quota pool of instance inst, not live, if
+// its data dir (from its uid range record) names no instance any more: a dir
+// made again by another daemon is that daemon's, mounts included.
+func unmountGone(inst string) error {
+	b, err := os.ReadFile(filepath.Join(uidRegistry, inst))
+	if err != nil {
+		return nil
+	}
+	lines := strings.SplitN(string(b), "\n", 3)
+	if len(lines) < 2 || !filepath.IsAbs(lines[1]) {
+		return nil
+	}
+	dir := lines[1]
+	if _, err := os.Stat(filepath.Join(dir, instanceFile)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := quota.Unmount(dir); err != nil {
+		return fmt.Errorf("instance %s: %w", inst, err)
+	}
+	return nil
 }
 
 // liveInstances are the instances with a daemon or a data dir: those whose
