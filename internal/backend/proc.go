@@ -115,10 +115,16 @@ func waitPidfd(pidfd *os.File) {
 	}
 	// The runtime's poller wakes this when the pidfd becomes readable: the
 	// process has exited. It returns early if the pidfd is closed.
+	// A signal pending as it polls (the runtime's preemption, SIGURG) fails
+	// the poll with EINTR, which says nothing of the process: poll again.
 	rc.Read(func(fd uintptr) bool {
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err != nil || n > 0
+		for {
+			n, err := unix.Poll(fds, 0)
+			if err != unix.EINTR {
+				return err != nil || n > 0
+			}
+		}
 	})
 }
 

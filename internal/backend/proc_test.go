@@ -2,7 +2,10 @@ package backend
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"os/signal"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,5 +75,56 @@ func TestPinAndWatch(t *testing.T) {
 	var none Proc
 	if !none.Exited() || none.Held() {
 		t.Errorf("the zero Proc: exited %v, held %v; want exited, not held", none.Exited(), none.Held())
+	}
+}
+
+// A signal arriving as the watch polls (the runtime's own preemption
+// signal, among others) is not the process's exit: many watches of a
+// process that lives on, with signals sent to this process all along, all
+// still wait.
+func TestWatchSurvivesSignals(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	start, err := ProcStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGWINCH)
+	defer signal.Stop(sigs)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				syscall.Kill(os.Getpid(), syscall.SIGWINCH)
+			}
+		}
+	}()
+	var watches []*Proc
+	for range 3000 {
+		p, err := Pin(cmd.Process.Pid, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Watch()
+		watches = append(watches, p)
+	}
+	time.Sleep(100 * time.Millisecond)
+	exited := 0
+	for _, p := range watches {
+		if p.Exited() {
+			exited++
+		}
+		p.Close()
+	}
+	if exited > 0 {
+		t.Errorf("%d of %d watches of a running process said it exited", exited, len(watches))
 	}
 }
