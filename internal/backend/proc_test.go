@@ -40,16 +40,24 @@ func TestRegistry(t *testing.T) {
 
 // A pinned process is held only while it is the one that started at the
 // recorded time; its watch sees it exit.
-func TestPinAndWatch(t *testing.T) {
+// sleeper starts a process that lives for a minute (killed at the test's
+// end) and returns it with its start time.
+func sleeper(t *testing.T) (*exec.Cmd, uint64) {
+	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	start, err := ProcStart(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cmd, start
+}
+
+func TestPinAndWatch(t *testing.T) {
+	cmd, start := sleeper(t)
 	if _, err := Pin(cmd.Process.Pid, start+1); err == nil {
 		t.Fatalf("Pin with another start time succeeded: a reused pid would be taken for the process")
 	}
@@ -83,15 +91,7 @@ func TestPinAndWatch(t *testing.T) {
 // process that lives on, with signals sent to this process all along, all
 // still wait.
 func TestWatchSurvivesSignals(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	start, err := ProcStart(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, start := sleeper(t)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGWINCH)
 	defer signal.Stop(sigs)

@@ -20,11 +20,7 @@ func TestGCRemovesOrphans(t *testing.T) {
 	keep := live.create(nil)
 	defer live.api("DELETE", "/v1/sandboxes/"+keep, nil)
 
-	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
-	id := d.create(nil)
-	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
-	agent := agentPID(t, d.instance, id)
-	d.kill()
+	d, id, agent := orphanable(t)
 	// The operator deletes the data dir, its disk pool detached first (a
 	// mounted directory cannot go); the sandboxes keep their files open.
 	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
@@ -104,11 +100,7 @@ func TestGCRemovesOrphans(t *testing.T) {
 // orphan, and leaves a live daemon's pool mounted (control).
 func TestGCDetachesGonePool(t *testing.T) {
 	live := sharedDaemon(t)
-	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
-	id := d.create(nil)
-	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
-	agent := agentPID(t, d.instance, id)
-	d.kill()
+	d, _, agent := orphanable(t)
 	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
 	t.Cleanup(func() { // whatever the outcome, nothing of it stays mounted
 		if isMounted(t, pool) {
@@ -136,6 +128,18 @@ func TestGCDetachesGonePool(t *testing.T) {
 	if !isMounted(t, livePool) {
 		t.Errorf("sbx gc detached the live daemon's pool %s", livePool)
 	}
+}
+
+// orphanable starts a daemon with one sandbox running a background process
+// and kills the daemon: the sandbox runs on, its agent's pid returned.
+func orphanable(t *testing.T) (*daemon, string, int) {
+	t.Helper()
+	d := startDaemon(t, "", "SBX_POOL_SIZE=0")
+	id := d.create(nil)
+	d.exec(id, map[string]any{"command": "sleep 1000", "background": true})
+	agent := agentPID(t, d.instance, id)
+	d.kill()
+	return d, id, agent
 }
 
 // isMounted reports whether path is a mount point, by this process's
