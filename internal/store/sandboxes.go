@@ -16,6 +16,11 @@ import (
 
 const sandboxColumns = `id, state, backend, spec, isolation, saved, labels, created_at, expires_at, error, owner_key`
 
+// sandboxUpdate writes every column a record's life changes, in the order of
+// encoded.set's values; its statements add which record.
+const sandboxUpdate = `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
+	labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ?`
+
 // PutSandbox inserts a new record. It fails with sandbox.ErrExists when the id is
 // taken. Spec.Env is not persisted: environment values may carry secrets.
 func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
@@ -73,8 +78,7 @@ func (s *Store) updateSandbox(ctx context.Context, id sandbox.ID, fn func(*sandb
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	_, err = tx.StmtContext(ctx, s.stmtUpdate).ExecContext(ctx,
-		sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, sb.OwnerKey, time.Now().UnixMilli(), id)
+	_, err = tx.StmtContext(ctx, s.stmtUpdate).ExecContext(ctx, append(r.set(sb), id)...)
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
@@ -112,9 +116,7 @@ func (s *Store) SwapSandbox(ctx context.Context, sb sandbox.Sandbox, from sandbo
 	if err != nil {
 		return err
 	}
-	res, err := s.stmtSwap.ExecContext(ctx,
-		sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec, sb.Error, sb.OwnerKey,
-		time.Now().UnixMilli(), sb.ID, from)
+	res, err := s.stmtSwap.ExecContext(ctx, append(r.set(sb), sb.ID, from)...)
 	if err != nil {
 		return fmt.Errorf("updating sandbox %s: %w", sb.ID, err)
 	}
@@ -184,6 +186,12 @@ func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
 
 type encoded struct {
 	spec, isolation, labels string
+}
+
+// set is the values of sandboxUpdate for sb, encoded as r.
+func (r encoded) set(sb sandbox.Sandbox) []any {
+	return []any{sb.State, sb.Saved, r.isolation, unixMS(sb.CreatedAt), unixMS(sb.ExpiresAt), r.labels, r.spec,
+		sb.Error, sb.OwnerKey, time.Now().UnixMilli()}
 }
 
 func encode(sb sandbox.Sandbox) (encoded, error) {

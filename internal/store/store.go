@@ -68,10 +68,8 @@ func (s *Store) prepare(ctx context.Context) error {
 	}{
 		{&s.stmtInsert, `INSERT INTO sandboxes (` + sandboxColumns + `, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&s.stmtSelect, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
-		{&s.stmtUpdate, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
-			labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ?`},
-		{&s.stmtSwap, `UPDATE sandboxes SET state = ?, saved = ?, isolation = ?, created_at = ?, expires_at = ?,
-			labels = ?, spec = ?, error = ?, owner_key = ?, updated_at = ? WHERE id = ? AND state = ?`},
+		{&s.stmtUpdate, sandboxUpdate + ` WHERE id = ?`},
+		{&s.stmtSwap, sandboxUpdate + ` WHERE id = ? AND state = ?`},
 		{&s.stmtState, `UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ? RETURNING backend, owner_key`},
 		{&s.stmtDelete, `DELETE FROM sandboxes WHERE id = ?`},
 		{&s.stmtAudit, `INSERT INTO audit_log (at, key_id, sandbox_id, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`},
