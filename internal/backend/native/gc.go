@@ -127,19 +127,14 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 // its data dir (from its uid range record) names no instance any more: a dir
 // made again by another daemon is that daemon's, mounts included.
 func unmountGone(inst string) error {
-	b, err := os.ReadFile(filepath.Join(uidRegistry, inst))
-	if err != nil {
+	reg, ok := readRecord(inst)
+	if !ok || !filepath.IsAbs(reg.dataDir) {
 		return nil
 	}
-	lines := strings.SplitN(string(b), "\n", 3)
-	if len(lines) < 2 || !filepath.IsAbs(lines[1]) {
+	if _, err := os.Stat(filepath.Join(reg.dataDir, instanceFile)); !errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	dir := lines[1]
-	if _, err := os.Stat(filepath.Join(dir, instanceFile)); !errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err := quota.Unmount(dir); err != nil {
+	if err := quota.Unmount(reg.dataDir); err != nil {
 		return fmt.Errorf("instance %s: %w", inst, err)
 	}
 	return nil

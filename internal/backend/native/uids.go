@@ -232,19 +232,10 @@ func readRegistry(instance string, prune bool) (others []registered, mine IDRang
 			continue
 		}
 		path := filepath.Join(uidRegistry, name)
-		b, err := os.ReadFile(path)
-		if err != nil {
+		reg, ok := readRecord(name)
+		if !ok {
 			continue
 		}
-		var reg registered
-		lines := strings.SplitN(string(b), "\n", 3)
-		if len(lines) < 2 {
-			continue
-		}
-		if _, err := fmt.Sscanf(lines[0], "%d %d", &reg.r.Start, &reg.r.Count); err != nil || reg.r.Count == 0 {
-			continue
-		}
-		reg.instance, reg.dataDir = name, lines[1]
 		if name == instance {
 			mine = reg.r
 			continue
@@ -258,6 +249,25 @@ func readRegistry(instance string, prune bool) (others []registered, mine IDRang
 		others = append(others, reg)
 	}
 	return others, mine, nil
+}
+
+// readRecord reads the uid range record of instance name; false when there is
+// none or it does not parse.
+func readRecord(name string) (registered, bool) {
+	b, err := os.ReadFile(filepath.Join(uidRegistry, name))
+	if err != nil {
+		return registered{}, false
+	}
+	var reg registered
+	lines := strings.SplitN(string(b), "\n", 3)
+	if len(lines) < 2 {
+		return registered{}, false
+	}
+	if _, err := fmt.Sscanf(lines[0], "%d %d", &reg.r.Start, &reg.r.Count); err != nil || reg.r.Count == 0 {
+		return registered{}, false
+	}
+	reg.instance, reg.dataDir = name, lines[1]
+	return reg, true
 }
 
 // gone reports whether reg's data dir is gone: missing, or made again since
