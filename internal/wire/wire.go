@@ -114,19 +114,14 @@ func (r *Reader) fail(err error) {
 }
 
 // Uint reads a value Writer.Uint wrote.
-func (r *Reader) Uint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(errShort)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *Reader) Uint() uint64 { return varint(r, binary.Uvarint) }
 
 // Int reads a value Writer.Int wrote.
-func (r *Reader) Int() int64 {
-	v, n := binary.Varint(r.b)
+func (r *Reader) Int() int64 { return varint(r, binary.Varint) }
+
+// varint reads one varint of r with read (binary.Uvarint or binary.Varint).
+func varint[T uint64 | int64](r *Reader, read func([]byte) (T, int)) T {
+	v, n := read(r.b)
 	if n <= 0 {
 		r.fail(errShort)
 		return 0
