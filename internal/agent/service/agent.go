@@ -84,12 +84,28 @@ func (a agentService) Exec(ctx context.Context, req *connect.Request[pb.ExecRequ
 }
 
 // follow sends started, output (with sub), and the result unless background.
+// A caller that takes no output (no sub) gets started with the result when
+// the process ends within startedHold, in one write.
 func (a agentService) follow(ctx context.Context, p *process.Proc, sub *process.Sub, stream *connect.ServerStream[pb.ExecEvent], background bool) error {
+	collect := sub == nil && !background
+	if collect {
+		hold(ctx)
+	}
 	if err := stream.Send(&pb.ExecEvent{Event: &pb.ExecEvent_Started{Started: &pb.Started{Id: p.ID, Pid: uint32(p.Pid)}}}); err != nil || background {
 		if sub != nil {
 			p.Unsubscribe(sub)
 		}
 		return err
+	}
+	if collect {
+		t := time.NewTimer(startedHold)
+		select {
+		case <-p.Done():
+		case <-t.C:
+			release(ctx)
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 	ended, err := follow(ctx, p, sub, agentKeepalive, func(ev process.Event) error {
 		if ev.Dropped > 0 {
@@ -102,6 +118,7 @@ func (a agentService) follow(ctx context.Context, p *process.Proc, sub *process.
 	if err != nil || !ended {
 		return err
 	}
+	hold(ctx) // the result, the stream's end and the body's end in one write
 	return stream.Send(&pb.ExecEvent{Event: &pb.ExecEvent_Result{Result: execResult(p.Result())}})
 }
 

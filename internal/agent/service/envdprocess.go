@@ -121,6 +121,7 @@ func (e envdProcess) follow(ctx context.Context, p *process.Proc, sub *process.S
 	if err != nil || !ended {
 		return err
 	}
+	hold(ctx) // the end event, the stream's end and the body's end in one write
 	return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(p.Result())}})
 }
 

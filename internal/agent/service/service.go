@@ -70,9 +70,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Compression buys nothing over a local socket and costs CPU on every call.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32)}
-	mux.Handle(servicePath(processconnect.ProcessName), onFirstUse(func() (string, http.Handler) {
+	mux.Handle(servicePath(processconnect.ProcessName), holding(onFirstUse(func() (string, http.Handler) {
 		return processconnect.NewProcessHandler(envdProcess{s}, opts...)
-	}))
+	})))
 	mux.Handle(servicePath(filesystemconnect.FilesystemName), onFirstUse(func() (string, http.Handler) {
 		return filesystemconnect.NewFilesystemHandler(envdFS{s}, opts...)
 	}))
@@ -80,6 +80,9 @@ func (s *Server) Handler() http.Handler {
 		h, build := onFirstUseWarm(r.build)
 		if r.procedure == sbxagentconnect.AgentExecProcedure {
 			s.warmAgent = build
+		}
+		if r.procedure == sbxagentconnect.AgentExecProcedure || r.procedure == sbxagentconnect.AgentAttachProcedure {
+			h = holding(h)
 		}
 		mux.Handle(r.procedure, h)
 	}
