@@ -2,10 +2,12 @@ package process
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,8 +84,10 @@ func TestWorkloadTimerSlack(t *testing.T) {
 		<-p.Done()
 		return strings.TrimSpace(string(p.Result().Stdout))
 	}
+	// The tables of earlier tests left the package's reaper running, which
+	// may reap this child before its Wait does: its output is whole anyway.
 	out, err := exec.Command("cat", "/proc/self/timerslack_ns").Output()
-	if err != nil {
+	if err != nil && !errors.Is(err, syscall.ECHILD) {
 		t.Fatal(err)
 	}
 	if got := strings.TrimSpace(string(out)); got != strconv.Itoa(timerslack.Coarse) {
