@@ -14,6 +14,7 @@ import (
 
 	"sbx.dev/sbx/api/agent/boot"
 	"sbx.dev/sbx/internal/backend"
+	"sbx.dev/sbx/internal/backend/native/forker"
 	"sbx.dev/sbx/internal/isolation/nsinit"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/testutil"
@@ -122,11 +123,13 @@ echo nobody=$(setpriv --reuid=65534 --regid=65534 --clear-groups id -u)
 echo usr_owner=$(stat -c %u:%g /usr/bin/env)
 echo x > /usr/local/sbx-owned && chown 1000:1000 /usr/local/sbx-owned && echo chown=ok
 echo nofile=$(ulimit -n)
+echo tw_buckets=$(cat /proc/sys/net/ipv4/tcp_max_tw_buckets)
 (i=0; while [ $i -lt 120 ]; do sleep 60 & i=$((i+1)); done); echo bomb=done
 sleep 0.2
 `
 
 func TestJail(t *testing.T) {
+	hostEhash, ehashErr := os.ReadFile("/proc/sys/net/ipv4/tcp_child_ehash_entries")
 	d, _ := openTest(t, "/bin/sh", "-c", "exec > /workspace/out\n"+jailScript)
 	id := sandbox.NewID()
 	sp := spec(id)
@@ -216,6 +219,18 @@ func TestJail(t *testing.T) {
 	}
 	if lim := hardNoFile(t); lim < 1<<20 {
 		want["nofile"] = strconv.FormatUint(lim, 10)
+	}
+	if ehashErr == nil {
+		// The sandbox's TCP connections have a hash of their own, sized in
+		// the spawner's network namespace; the host's setting is untouched,
+		// and its own limit is another.
+		want["tw_buckets"] = strconv.Itoa(forker.ChildEhashEntries / 2)
+		if after, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_child_ehash_entries"); string(after) != string(hostEhash) {
+			t.Errorf("the host's tcp_child_ehash_entries went from %q to %q", hostEhash, after)
+		}
+		if host, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_max_tw_buckets"); strings.TrimSpace(string(host)) == want["tw_buckets"] {
+			t.Errorf("the host's tcp_max_tw_buckets is %s too: the check tells nothing", host)
+		}
 	}
 	for k, v := range want {
 		if got[k] != v {

@@ -48,14 +48,29 @@ func startSpawner(exe, instance string) (*spawner, error) {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner")
 	defer theirs.Close()
-	cmd := exec.Command(exe, boot.SpawnerArg, instance)
-	// One P: it serves one request at a time, and each of its forks copies
-	// the page tables of a process whose threads ran on fewer CPUs.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.ExtraFiles = []*os.File{theirs} // fd 3
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	command := func(ownNet bool) *exec.Cmd {
+		cmd := exec.Command(exe, boot.SpawnerArg, instance)
+		// One P: it serves one request at a time, and each of its forks copies
+		// the page tables of a process whose threads ran on fewer CPUs.
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		cmd.ExtraFiles = []*os.File{theirs} // fd 3
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if ownNet {
+			// A network namespace of its own, where it sizes the sandboxes'
+			// TCP hash (forker.ChildEhashEntries) without touching the host's.
+			cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
+			cmd.Env = append(cmd.Env, forker.OwnNetEnv+"=1")
+		}
+		return cmd
+	}
+	cmd := command(true)
+	err = cmd.Start()
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) { // no network namespaces to make here
+		cmd = command(false)
+		err = cmd.Start()
+	}
+	if err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("starting the spawner: %w", err)
 	}
