@@ -906,6 +906,12 @@ func parsePS(out string) []processEntry {
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			continue
 		}
+		if p.ElapsedSeconds > maxElapsed {
+			// procps 4.0 underflows the elapsed time of a process that
+			// started within its clock's last tick (4123168608 for a
+			// process started a millisecond before): it has just begun.
+			p.ElapsedSeconds = 0
+		}
 		p.Elapsed = formatElapsed(p.ElapsedSeconds)
 		// The command is the rest of the line after the sixth field, as ps wrote it.
 		rest := l
@@ -922,6 +928,10 @@ func parsePS(out string) []processEntry {
 	}
 	return procs
 }
+
+// maxElapsed is more than any process has run (68 years): a larger elapsed
+// time from ps is an underflow.
+const maxElapsed = 1<<31 - 1
 
 // formatElapsed renders seconds as ps's etime does: [[dd-]hh:]mm:ss.
 func formatElapsed(s int64) string {

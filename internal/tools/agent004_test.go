@@ -89,11 +89,13 @@ func TestParsePS(t *testing.T) {
 	out := "    1     0 root                             Ss         95  4096 /sbx-agent --serve\n" +
 		"   42     1 root                             S       90061   980 sleep 300\n" +
 		"  107    42 nobody                           R+          5  1200 python3 -c print('a  b')\n" +
+		"  108     1 root                             S  4123168608   900 sleep 4004\n" + // just started: ps underflowed
 		"garbage line\n"
 	want := []processEntry{
 		{PID: 1, PPID: 0, User: "root", State: "Ss", ElapsedSeconds: 95, Elapsed: "01:35", RSSKB: 4096, Command: "/sbx-agent --serve"},
 		{PID: 42, PPID: 1, User: "root", State: "S", ElapsedSeconds: 90061, Elapsed: "1-01:01:01", RSSKB: 980, Command: "sleep 300"},
 		{PID: 107, PPID: 42, User: "nobody", State: "R+", ElapsedSeconds: 5, Elapsed: "00:05", RSSKB: 1200, Command: "python3 -c print('a  b')"},
+		{PID: 108, PPID: 1, User: "root", State: "S", ElapsedSeconds: 0, Elapsed: "00:00", RSSKB: 900, Command: "sleep 4004"},
 	}
 	if got := parsePS(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
