@@ -38,7 +38,7 @@ func (w *heldWriter) Flush() {
 func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // holding gives the handlers of h a heldWriter, found through their
-// request's context (heldFrom).
+// request's context (hold, release).
 func holding(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hw := &heldWriter{ResponseWriter: w}
