@@ -30,6 +30,10 @@ type createWork struct {
 	// KernelLog is the overlayfs lines the kernel logged: a warning per
 	// mount is both work (printk to the console) and noise in the host's log.
 	KernelLog int
+	// Replies is writes on unix sockets (the agent's connections from the
+	// daemon): each wakes the daemon to read it. Budgeted for an exec only
+	// (TestExecWork): a create's include the watch's health checks.
+	Replies int
 }
 
 // createBudget is the most each count may be per cycle on a merged-/usr host
@@ -84,7 +88,7 @@ func traceWork(t *testing.T, pids []int, n int, work func()) createWork {
 		t.Fatalf("strace is needed (make test installs it): %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "strace")
-	args := []string{"-f", "-qq", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare,prctl"}
+	args := []string{"-f", "-qq", "-yy", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare,prctl,write,writev,sendmsg"}
 	for _, pid := range pids {
 		args = append(args, "-p", fmt.Sprint(pid))
 	}
@@ -113,7 +117,7 @@ func (w createWork) per(n int) createWork {
 	return createWork{
 		GoStarts: ceilDiv(w.GoStarts, n), Processes: ceilDiv(w.Processes, n), Execs: ceilDiv(w.Execs, n),
 		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n),
-		NoNewPrivs: ceilDiv(w.NoNewPrivs, n), KernelLog: ceilDiv(w.KernelLog, n),
+		NoNewPrivs: ceilDiv(w.NoNewPrivs, n), KernelLog: ceilDiv(w.KernelLog, n), Replies: ceilDiv(w.Replies, n),
 	}
 }
 
@@ -210,7 +214,11 @@ func childrenWith(ppid int, arg string) []int {
 	return out
 }
 
-var straceCall = regexp.MustCompile(`^\d+\s+(\w+)\((.*)$`)
+var (
+	straceCall = regexp.MustCompile(`^\d+\s+(\w+)\((.*)$`)
+	// unixFD is a first argument strace -yy shows as a unix socket.
+	unixFD = regexp.MustCompile(`^\d+<UNIX`)
+)
 
 // countWork counts createWork's calls in strace -f output. Calls split by
 // <unfinished ...> count once, at their start.
@@ -242,6 +250,10 @@ func countWork(trace string) createWork {
 			if strings.HasPrefix(args, "PR_SET_NO_NEW_PRIVS") {
 				w.NoNewPrivs++
 			}
+		case "write", "writev", "sendmsg":
+			if unixFD.MatchString(args) {
+				w.Replies++
+			}
 		}
 	}
 	return w
@@ -259,9 +271,12 @@ func TestCountWork(t *testing.T) {
 102 unshare(CLONE_FS) = 0
 102 prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) = 1
 104 prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) = 0
+102 write(4<UNIX-STREAM:[81424->81425]>, "HTTP/1.1 200 OK\r\n"..., 194) = 194
+102 write(20</proc/9/oom_score_adj>, "500", 3) = 3
+102 write(7<pipe:[81430]>, "x", 1) = 1
 102 +++ exited with 0 +++`
 	got := countWork(trace)
-	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1}
+	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1, Replies: 1}
 	if got != want {
 		t.Errorf("countWork = %+v, want %+v", got, want)
 	}
@@ -271,7 +286,7 @@ func TestCountWork(t *testing.T) {
 // the sandbox's agent and what it starts, counted like createWork: one
 // process (the command) and its exec, and no mkdir (a finished process's
 // cgroup is lent to the next) and no mount.
-var execBudget = createWork{Processes: 1, Execs: 1, Mkdirs: 0, Mounts: 0}
+var execBudget = createWork{Processes: 1, Execs: 1, Mkdirs: 0, Mounts: 0, Replies: 2}
 
 // TestExecWork is the regression guard of the exec path's cost inside the
 // sandbox: it counts the agent's system calls of a kind, not time.
@@ -296,11 +311,18 @@ func TestExecWork(t *testing.T) {
 	const n = 10
 	total := traceWork(t, []int{agent}, n, run)
 	per := total.per(n)
-	t.Logf("per exec of true: %+v over %d execs (budget %+v)", per, n, execBudget)
+	t.Logf("per exec of true: %+v over %d execs (budget %+v); replies in all: %d", per, n, execBudget, total.Replies)
 	if total.Execs < n {
 		t.Fatalf("strace saw %d execs of %d (%+v): the count is broken, not the agent", total.Execs, n, total)
 	}
 	checkWork(t, per, execBudget, "exec", "exec")
+	// The agent answers an exec in one write, or two when the process
+	// outlives the hold of its started event (traced, it may): the event,
+	// the stream's end and the body's end leave together. The watch's
+	// health check may fall in the window once.
+	if total.Replies > execBudget.Replies*n+1 {
+		t.Errorf("the agent wrote %d times on the daemon's connections for %d execs of true, want at most %d each: its answers are split again", total.Replies, n, execBudget.Replies)
+	}
 }
 
 // A sandbox handed out by the warm pool has run the agent's warm-up process
