@@ -89,6 +89,17 @@ def _cap_text(text, cap, what):
         text[:half], len(text) - 2 * half, what, text[-half:]), True
 
 
+def mask_sigint():
+    """Blocks SIGINT in the calling (helper) thread.
+
+    The kernel gives a process's signal to any thread that does not block it;
+    one taken by a helper thread runs Python's handler only once the main
+    thread next runs bytecode, so a cell asleep in the main thread (time.sleep,
+    a read) would not be interrupted until it woke by itself.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 class Channel:
     """The protocol: requests from in_fd, responses to out_fd.
 
@@ -198,6 +209,7 @@ class Capture:
         return self.stream
 
     def pump(self):
+        mask_sigint()
         pending = bytearray()
         while True:
             try:
@@ -286,6 +298,7 @@ class Capture:
                 self.live_held = False
 
     def streamer(self):
+        mask_sigint()
         while True:
             with self.cond:
                 self.cond.wait_for(lambda: len(self.live) > 0)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,48 @@ func TestCallWaitingOnAClosedSession(t *testing.T) {
 	}
 	if f.a.StartCount() != 0 {
 		t.Error("a process was started")
+	}
+}
+
+// SIGINT reaches the cell: the driver's helper threads block it, so the
+// kernel gives it to the main thread, which a sleeping cell is in. Taken by
+// a helper, it would run Python's handler only once the main thread woke by
+// itself (the interrupt of a client that went away was lost so, once).
+func TestHelperThreadsBlockSigint(t *testing.T) {
+	f := newFixture(t, LLM{})
+	pid := f.ok("import os\nos.getpid()").Value
+	tasks, err := filepath.Glob("/proc/" + pid + "/task/*")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("the session's threads (pid %s): %v, %v", pid, tasks, err)
+	}
+	const sigint = 1 << (2 - 1)
+	helpers := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(task, "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blocked uint64
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "SigBlk:"); ok {
+				blocked, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					t.Fatalf("%s: SigBlk %q: %v", task, v, err)
+				}
+			}
+		}
+		if filepath.Base(task) == pid {
+			if blocked&sigint != 0 {
+				t.Errorf("the main thread blocks SIGINT (SigBlk %x): no interrupt would reach a cell", blocked)
+			}
+			continue
+		}
+		helpers++
+		if blocked&sigint == 0 {
+			t.Errorf("helper thread %s does not block SIGINT (SigBlk %x): it may take the cell's interrupt", filepath.Base(task), blocked)
+		}
+	}
+	if helpers < 4 {
+		t.Errorf("%d helper threads, want the four that read and stream stdout and stderr", helpers)
 	}
 }
