@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sbx.dev/sbx/internal/backend/native/forker"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/testutil"
@@ -119,4 +121,55 @@ func TestSpawnerThreadsFlat(t *testing.T) {
 	for _, pid := range pids {
 		wantExit(t, s, pid, 3)
 	}
+}
+
+// Neither end waits for the other in a blocking recvmsg: each runs on one
+// P, and a thread blocked there holds the P away from the goroutines it woke
+// (the create the answer is for) until the runtime's monitor takes it back.
+// Both wait in the runtime's poller instead.
+func TestSpawnerWaitsInPoller(t *testing.T) {
+	s, dir, null := testSpawner(t)
+	req := forker.Request{Path: "/bin/true", Args: []string{"true"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UID: 3_000_000_000, Size: 65536}
+	pid, pidfd, err := s.spawn(req, dir, null, nil, nil)
+	if err != nil {
+		t.Fatalf("spawn = %v", err)
+	}
+	syscall.Close(pidfd)
+	wantExit(t, s, pid, 0)
+	var ours uintptr
+	s.rc.Control(func(fd uintptr) { ours = fd })
+	time.Sleep(50 * time.Millisecond) // both ends wait for the next message by now
+	for _, end := range []struct {
+		proc string
+		fd   uintptr
+	}{{"self", ours}, {strconv.Itoa(s.proc.Pid), 3}} {
+		if tid := threadInRecvmsg(t, end.proc, end.fd); tid != "" {
+			t.Errorf("thread %s of process %s waits in recvmsg on fd %d", tid, end.proc, end.fd)
+		}
+	}
+}
+
+// threadInRecvmsg returns a thread of process proc ("self" or a pid) that is
+// blocked in recvmsg on fd, or "".
+func threadInRecvmsg(t *testing.T, proc string, fd uintptr) string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + proc + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + proc + "/task/" + task.Name() + "/syscall")
+		if err != nil {
+			continue // gone
+		}
+		f := strings.Fields(string(b)) // number, then its arguments in hex
+		if len(f) < 2 || f[0] != strconv.Itoa(unix.SYS_RECVMSG) {
+			continue
+		}
+		if arg, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64); err == nil && uintptr(arg) == fd {
+			return task.Name()
+		}
+	}
+	return ""
 }

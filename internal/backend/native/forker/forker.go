@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -87,6 +88,63 @@ func CloseFDs(fds []int) {
 	}
 }
 
+// Recv receives one message on rc, a non-blocking socket under the
+// runtime's poller, waiting there (not in the kernel) until one comes. Both
+// ends serve on one P (GOMAXPROCS=1), and a goroutine blocked in recvmsg
+// keeps the P from every goroutine it woke before it (a create waiting for
+// the spawner's answer, a child's exit to report) until the runtime's monitor
+// takes the P back: up to 10 ms later in a quiet process. n is 0 once the
+// other end is gone; err is the read's or the socket's.
+func Recv(rc syscall.RawConn, buf, oob []byte) (n, oobn int, err error) {
+	rerr := rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
+		}
+	})
+	if rerr != nil {
+		err = rerr // closed under us
+	}
+	return n, oobn, err
+}
+
+// Send sends msg with oob on rc, as Recv receives: a full socket buffer
+// waits in the poller.
+func Send(rc syscall.RawConn, msg, oob []byte) error {
+	var err error
+	werr := rc.Write(func(fd uintptr) bool {
+		for {
+			err = unix.Sendmsg(int(fd), msg, oob, nil, unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
+		}
+	})
+	if werr != nil {
+		err = werr
+	}
+	return err
+}
+
+// Pollable makes fd non-blocking and returns it as a file under the
+// runtime's poller, with its raw connection (for Recv and Send). It closes
+// fd if it fails.
+func Pollable(fd int, name string) (*os.File, syscall.RawConn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(fd), name) // non-blocking: under the poller
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
+}
+
 // OwnNetEnv, set to "1" in the spawner's environment, says the daemon
 // started it in a network namespace of its own (the host's stays untouched).
 const OwnNetEnv = "SBX_SPAWNER_OWN_NETNS"
@@ -112,7 +170,11 @@ func Main() {
 			fmt.Fprintln(os.Stderr, "sbx spawner: sizing the sandboxes' TCP hash:", err)
 		}
 	}
-	conn := 3
+	f, conn, err := Pollable(3, "daemon")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbx spawner:", err)
+		os.Exit(1)
+	}
 	var send sync.Mutex
 	// sayLocked sends m; the caller holds send.
 	sayLocked := func(m Message, fds ...int) {
@@ -121,7 +183,7 @@ func Main() {
 		if len(fds) > 0 {
 			oob = unix.UnixRights(fds...)
 		}
-		unix.Sendmsg(conn, b, oob, nil, 0)
+		Send(conn, b, oob)
 	}
 	say := func(m Message, fds ...int) {
 		send.Lock()
@@ -131,13 +193,11 @@ func Main() {
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(4*64))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(conn, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
+		n, oobn, err := Recv(conn, buf, oob)
 		if err != nil || n == 0 {
 			os.Exit(0) // the daemon is gone; the children live on
 		}
+		runtime.KeepAlive(f) // its finalizer would close fd 3
 		fds := ReceivedFDs(oob[:oobn])
 		var r Request
 		if err := json.Unmarshal(buf[:n], &r); err != nil {
