@@ -154,7 +154,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (_ *backend.Insta
 	}
 	b.phases.mark("prepare")
 	fault.Point(fault.Rootfs)
-	if err := d.makeGroup(b, spec); err != nil {
+	if err := d.makeGroup(b); err != nil {
 		return nil, err
 	}
 	b.phases.mark("cgroup")
@@ -203,42 +203,50 @@ func (d *Driver) instance(b *box, iso sandbox.Isolation) (*backend.Instance, err
 	}, nil
 }
 
-// makeGroup makes the sandbox's cgroups, delegated to its root, with the
-// limits of spec; on a pure v2 host with the agent and work leaves.
-func (d *Driver) makeGroup(b *box, spec sandbox.Spec) error {
+// makeGroup makes the sandbox's cgroups (on a pure v2 host with the agent
+// and work leaves), for its init to be born in; settleGroup finishes them.
+func (d *Driver) makeGroup(b *box) error {
 	g, err := d.layout.Create(d.cgroupPath(b.id))
 	if err != nil {
 		return err
 	}
 	b.group = g
 	if g.Leaves() {
-		if err := g.MakeLeaves(); err != nil {
-			return err
-		}
+		return g.MakeLeaves()
 	}
-	if err := g.Delegate(int(b.uid), int(b.uid)); err != nil {
-		return err
-	}
-	return g.SetLimits(d.limits(g, spec))
+	return nil
 }
 
-// prepare makes the sandbox's directory: the root mount point, upper and work
-// directories of each overlay, the attach points of the idmapped lower
-// layers, the workspace, and its own /etc/hostname and hosts. All of it
-// belongs to the sandbox's root (host uid b.uid), whose user namespace builds
-// the root from it and whose files land in it.
+// settleGroup delegates the sandbox's cgroups to its root and sets the
+// limits of spec. It runs while the init starts (spawn): before the plan, so
+// before anything of the sandbox's own runs in them.
+func (d *Driver) settleGroup(b *box, spec sandbox.Spec) error {
+	if err := b.group.Delegate(int(b.uid), int(b.uid)); err != nil {
+		return err
+	}
+	return b.group.SetLimits(d.limits(b.group, spec))
+}
+
+// prepare makes the sandbox's directory, the init's working directory: a
+// subvolume of the pool, limited to disk_mb, where what the sandbox writes
+// in its root and its workspace counts. prepareTree fills it.
 func (d *Driver) prepare(b *box, spec sandbox.Spec) error {
-	// A subvolume of the pool, limited to disk_mb: what the sandbox writes
-	// in its root and its workspace counts against it.
 	if _, err := d.pool.Create(string(b.id), uint64(spec.DiskBytes)); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("sandbox directory %s: %w", b.dir, sandbox.ErrExists)
 		}
 		return err
 	}
-	if err := os.Chmod(b.dir, 0o700); err != nil {
-		return err
-	}
+	return os.Chmod(b.dir, 0o700)
+}
+
+// prepareTree makes, in the sandbox's directory, the root mount point, upper
+// and work directories of each overlay, the attach points of the idmapped
+// lower layers, the workspace, and its own /etc/hostname and hosts. All of it
+// belongs to the sandbox's root (host uid b.uid), whose user namespace builds
+// the root from it and whose files land in it. It runs while the init starts
+// (spawn), which uses none of it before its plan.
+func (d *Driver) prepareTree(b *box) error {
 	dirs := []string{"root", "upper", "work", "workspace", "lower"}
 	for _, l := range b.root.overlays {
 		dirs = append(dirs, "upper/"+l, "work/"+l)
@@ -417,7 +425,7 @@ var agentEnv = append([]string{"PATH=" + defaultPath, "HOME=/root", "LANG=C.UTF-
 // spawn starts the init stage in its namespaces and cgroups, hands it its plan
 // and waits until the agent serves (or init or the agent failed, saying why).
 func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
-	p, err := d.plan(b, spec)
+	p, err := d.plan(b, spec) // before the fork: it checks the spec's profiles
 	if err != nil {
 		return err
 	}
@@ -531,6 +539,16 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 	if err := b.proc.HoldSpawned(pid, pidfd, d.spawner.exitOf(pid)); err != nil {
 		return err
 	}
+	// The init's runtime starts now (~2 ms) and waits for its plan: the rest
+	// of the sandbox's directory and its groups' delegation and limits are
+	// made meanwhile, off the create's critical path.
+	if err := d.prepareTree(b); err != nil {
+		return err
+	}
+	if err := d.settleGroup(b, spec); err != nil {
+		return err
+	}
+	b.phases.mark("settle")
 	// On a pure v2 host the init goes into the agent leaf, and the work leaf
 	// gets its pids limit, while the layers are sent: both before the plan,
 	// so nothing of the sandbox runs before its agent has room of its own.
