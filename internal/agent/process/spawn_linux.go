@@ -362,11 +362,17 @@ func closeAll(fs []*os.File) {
 // what comes later is read and discarded, so that descendant never gets
 // EPIPE.
 func (p *Proc) read(stream int, f *os.File) {
-	size := 32 << 10
+	pool := &readBufs[0]
 	if p.PTY {
-		size = 16 << 10
+		pool = &readBufs[1]
 	}
-	buf := make([]byte, size)
+	first := pool.Get().(*[]byte)
+	buf := *first
+	defer func() {
+		if len(buf) == len(*first) { // not traded for a bulk buffer
+			pool.Put(first)
+		}
+	}()
 	open := true
 	owed := int64(-1) // once the exit is seen: bytes still to deliver before the grace begins
 	for {
@@ -444,6 +450,16 @@ func control(f *os.File, fn func(fd int)) {
 	if rc, err := f.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { fn(int(fd)) })
 	}
+}
+
+// readBufs keep the readers' first buffers (pipes', then a terminal's),
+// which every process's streams used to allocate afresh: 64 KiB of an exec's
+// ~70 KiB of garbage, a collection every ~14 execs of a short command in a
+// one-P agent. Everything read is copied out (capture, log, subscribers'
+// chunks) before the next read, so a buffer is free once its reader ends.
+var readBufs = [2]sync.Pool{
+	{New: func() any { b := make([]byte, 32<<10); return &b }},
+	{New: func() any { b := make([]byte, 16<<10); return &b }},
 }
 
 // Sizes for a stream whose process writes faster than it is read: the
