@@ -25,15 +25,7 @@ func TestUnlistedProcess(t *testing.T) {
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	start := func(unlisted bool) *Proc {
 		t.Helper()
-		p, err := tab.Start(Spec{Argv: []string{"/bin/sh", "-c", "read x < /dev/null; echo ran"}, Env: env, Dir: dir, Timeout: time.Minute, Unlisted: unlisted})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.Done():
-		case <-time.After(time.Minute):
-			t.Fatal("the process did not end")
-		}
+		p := runToEnd(t, tab, Spec{Argv: []string{"/bin/sh", "-c", "read x < /dev/null; echo ran"}, Env: env, Dir: dir, Timeout: time.Minute, Unlisted: unlisted})
 		if r := p.Result(); r.ExitCode != 0 || strings.TrimSpace(string(r.Stdout)) != "ran" {
 			t.Fatalf("result %+v, want exit 0 and \"ran\"", r)
 		}
@@ -199,16 +191,7 @@ func TestProcessGarbage(t *testing.T) {
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	run := func() {
 		t.Helper()
-		p, err := tab.Start(Spec{Argv: []string{"true"}, Env: env, Dir: dir, Unlisted: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-p.Done():
-		case <-time.After(time.Minute):
-			t.Fatal("the process did not end")
-		}
-		if r := p.Result(); r.ExitCode != 0 {
+		if r := runToEnd(t, tab, Spec{Argv: []string{"true"}, Env: env, Dir: dir, Unlisted: true}).Result(); r.ExitCode != 0 {
 			t.Fatalf("true exited %d", r.ExitCode)
 		}
 	}
@@ -227,4 +210,19 @@ func TestProcessGarbage(t *testing.T) {
 	if per > 32<<10 {
 		t.Errorf("%d bytes allocated per process, want at most %d", per, 32<<10)
 	}
+}
+
+// runToEnd starts s in tab and waits, at most a minute, for its end.
+func runToEnd(t *testing.T, tab *Table, s Spec) *Proc {
+	t.Helper()
+	p, err := tab.Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the process did not end")
+	}
+	return p
 }
