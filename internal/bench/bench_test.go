@@ -44,12 +44,22 @@ func (f *fakeAPI) Delete(ctx context.Context, id string) error {
 
 func TestRunDeletesEverythingAndReports(t *testing.T) {
 	api := &fakeAPI{live: map[string]bool{}}
-	rep, err := Run(t.Context(), api, Options{Runs: 5, Warmup: 1, Concurrency: 2, Cycles: 10, Idle: 3})
+	opts := Options{Runs: 5, Warmup: 1, Concurrency: 2, Cycles: 10, Idle: 3, ScaleIdle: 5, Burst: 4}
+	rep, err := Run(t.Context(), api, opts)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if len(api.live) != 0 {
 		t.Errorf("Run left %d sandboxes", len(api.live))
+	}
+	if err := RunScale(t.Context(), api, opts, &rep); err != nil {
+		t.Fatalf("RunScale: %v", err)
+	}
+	if len(api.live) != 0 {
+		t.Errorf("RunScale left %d sandboxes", len(api.live))
+	}
+	if len(rep.Scale) != 2 || rep.Scale[1].Idle != 5 || rep.Burst == nil || rep.Burst.Created != 4 {
+		t.Errorf("scale %+v, burst %+v: want points at 3 and 5 idle, 4 created", rep.Scale, rep.Burst)
 	}
 	if rep.ColdStart.N != 5 || rep.Exec.N != 5 || rep.HostSpawn.N != 5 || rep.HostSpawn.P50MS <= 0 || rep.Throughput <= 0 {
 		t.Errorf("report = %+v", rep)

@@ -61,6 +61,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			opts.E2B = &bench.E2BTarget{URL: e.getenv("SBX_URL"), Key: e.getenv("SBX_API_KEY"), SDKDir: *e2bSDK}
 		}
 		rep, err = bench.Run(ctx, api, opts)
+		if err == nil {
+			err = bench.RunScale(ctx, api, opts, &rep)
+		}
 		rep.Isolation, _ = api.level.Load().(string)
 		if err != nil {
 			return e.fail("bench", *asJSON, exitError, err)
@@ -107,6 +110,10 @@ func runBench(ctx context.Context, e *env, args []string) int {
 				rep.NetworkUnavailable = err.Error()
 			}
 		}
+		// Last, on a daemon of their own: see bench.RunScale.
+		if err := benchScale(ctx, *backendName, opts, &rep); err != nil {
+			return e.fail("bench", *asJSON, exitError, err)
+		}
 	}
 	rep.Judge()
 	if *asJSON {
@@ -117,6 +124,21 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	rep.WriteTable(e.stdout)
 	return exitOK
+}
+
+// benchScale measures the scale figures (bench.RunScale) on a private
+// daemon of its own, with the default pool as the first had.
+func benchScale(ctx context.Context, backend string, opts bench.Options, rep *bench.Report) error {
+	if opts.Idle <= 0 && opts.ScaleIdle <= 0 && opts.Burst <= 0 {
+		return nil
+	}
+	d, err := startPrivateDaemon(ctx, backend, "", "")
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	opts.DaemonPID = d.cmd.Process.Pid
+	return bench.RunScale(ctx, &benchAPI{c: d.client, cliEnv: d.cliEnv}, opts, rep)
 }
 
 // phaseRuns is how many pool-off creates the step-by-step breakdown times.
