@@ -235,7 +235,7 @@ var trueArgv = []string{"true"}
 // makes are deleted before it returns.
 func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	opts.defaults()
-	rep := Report{Concurrency: opts.Concurrency, IdleSandboxes: opts.Idle}
+	rep := Report{Concurrency: opts.Concurrency}
 
 	cold, err := ColdStart(ctx, api, opts, true)
 	if err != nil {
@@ -373,7 +373,8 @@ func Run(ctx context.Context, api API, opts Options) (Report, error) {
 	return rep, nil
 }
 
-// RunScale measures the memory and scale figures and the burst, into rep.
+// RunScale measures the memory and scale figures and the burst, into rep
+// (IdleSandboxes says how many idle sandboxes the memory figures hold).
 // Run them after every other figure: deleting a thousand sandboxes and more
 // leaves the kernel seconds of deferred teardown (network namespaces
 // unregistered under the lock every new one takes, btrfs subvolumes
