@@ -175,10 +175,18 @@ func ExitOf(ps *os.ProcessState) sandbox.Exit {
 	if ps == nil {
 		return sandbox.Exit{Code: -1, Reason: sandbox.ReasonAgentLost}
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal()), Reason: sandbox.ReasonSignaled}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return ExitOfStatus(ws)
 	}
 	return sandbox.Exit{Code: ps.ExitCode(), Reason: sandbox.ReasonExited}
+}
+
+// ExitOfStatus is how a process that ended with wait status ws ended.
+func ExitOfStatus(ws syscall.WaitStatus) sandbox.Exit {
+	if ws.Signaled() {
+		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal()), Reason: sandbox.ReasonSignaled}
+	}
+	return sandbox.Exit{Code: ws.ExitStatus(), Reason: sandbox.ReasonExited}
 }
 
 // DescribeExit says how a process ended, for an error message.

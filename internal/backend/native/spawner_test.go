@@ -1,7 +1,12 @@
 package native
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -172,4 +177,112 @@ func threadInRecvmsg(t *testing.T, proc string, fd uintptr) string {
 		}
 	}
 	return ""
+}
+
+// A child starts as os/exec's fork would have started it: every signal
+// unblocked and none ignored, root of its user namespace with that
+// namespace's map, no_new_privs, a session of its own, in the working
+// directory it was sent, with exactly the descriptors it was given.
+func TestSpawnerChild(t *testing.T) {
+	s, dir, null := testSpawner(t)
+	out, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, extraW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extraW.WriteString("from fd 3\n")
+	extraW.Close()
+	script := `grep -E '^(SigBlk|SigIgn|NoNewPrivs|Uid|Gid|Groups):' /proc/self/status >&2
+cat /proc/self/uid_map /proc/self/gid_map >&2
+echo "session $(cut -d' ' -f6 /proc/self/stat) pid $$" >&2
+echo "cwd $(pwd)" >&2
+for n in 0 1 2 3 4 5 6; do [ -e /proc/$$/fd/$n ] && echo "fd $n" >&2; done
+cat <&3 >&2
+read line || echo "stdin empty" >&2`
+	req := forker.Request{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UID: 3_000_000_000, Size: 65536}
+	pid, pidfd, err := s.spawn(req, dir, w, nil, []*os.File{extra, nil, null})
+	w.Close()
+	extra.Close()
+	if err != nil {
+		t.Fatalf("spawn = %v", err)
+	}
+	syscall.Close(pidfd)
+	b, err := io.ReadAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, s, pid, 0)
+	got := string(b)
+	for _, want := range []string{
+		"SigBlk:\t0000000000000000\n", "SigIgn:\t0000000000000000\n", "NoNewPrivs:\t1\n",
+		"Uid:\t0\t0\t0\t0\n", "Gid:\t0\t0\t0\t0\n",
+		"0 3000000000      65536\n",
+		"cwd " + dir.Name() + "\n",
+		"from fd 3\n", "stdin empty\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the child's report lacks %q:\n%s", want, got)
+		}
+	}
+	// 0-2, 3 (the pipe) and 5 (null); 4 was sent as none.
+	if fds := regexp.MustCompile(`(?m)^fd \d$`).FindAllString(got, -1); !slices.Equal(fds, []string{"fd 0", "fd 1", "fd 2", "fd 3", "fd 5"}) {
+		t.Errorf("the child's descriptors are %q, want 0-3 and 5:\n%s", fds, got)
+	}
+	var session, spid int
+	for _, l := range strings.Split(got, "\n") {
+		if _, err := fmt.Sscanf(l, "session %d pid %d", &session, &spid); err == nil {
+			break
+		}
+	}
+	if session == 0 || session != spid {
+		t.Errorf("the child's session is %d, want its own (%d):\n%s", session, spid, got)
+	}
+}
+
+// The spawner's forks copy none of its memory (work, not time: a fork
+// that copied the page tables write-protects every page the spawner has
+// written, and its next write to each faults). Counted as the spawner's own
+// page faults over a number of spawns.
+func TestSpawnerForkCopiesNothing(t *testing.T) {
+	if !forker.SharedSupported {
+		t.Skip("the spawner forks through os/exec on this architecture")
+	}
+	s, dir, null := testSpawner(t)
+	req := forker.Request{Path: "/bin/true", Args: []string{"true"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UID: 3_000_000_000, Size: 65536}
+	spawn := func() {
+		pid, pidfd, err := s.spawn(req, dir, null, nil, nil)
+		if err != nil {
+			t.Fatalf("spawn = %v", err)
+		}
+		syscall.Close(pidfd)
+		wantExit(t, s, pid, 0)
+	}
+	faults := func() int {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(s.proc.Pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:])) // from field 3
+		n, err := strconv.Atoi(f[10-3])                                // field 10: minflt
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for range 5 { // its heap and stacks grown
+		spawn()
+	}
+	const n = 40
+	before := faults()
+	for range n {
+		spawn()
+	}
+	if per := float64(faults()-before) / n; per > 8 {
+		t.Errorf("the spawner took %.1f page faults per fork; a fork that shares its memory takes a few", per)
+	}
 }

@@ -2,15 +2,16 @@
 // run from the sealed sbx-agent): it forks the sandboxes' init stages for the
 // daemon.
 //
-// Why a process of its own: a new user namespace rules out vfork (the parent
-// writes the child's uid map while the child waits), so a sandbox's first
-// process comes from a real fork, which copies the forking process's page
-// tables and write-protects all of its memory; the forker then takes a fault
-// on every page it writes next. Forked from the daemon, that cost ~8% of all
-// CPU in a create/exec/delete profile (the fork's page-table copy, then
-// do_wp_page and TLB shootdowns across the daemon's heap). The spawner's
-// memory is a few pages of its own, so its forks cost little; it runs from
-// sbx-agent, whose runtime and packages are smaller still.
+// Why a process of its own: a new user namespace rules out os/exec's vfork
+// (the parent writes the child's uid map while the child waits), so its fork
+// copies the forking process's page tables and write-protects all of its
+// memory; the forker then takes a fault on every page it writes next, and
+// the child's exec tears the copy down. Forked from the daemon, that cost ~8%
+// of all CPU in a create/exec/delete profile. The spawner's memory is a few
+// pages of its own, and it runs from sbx-agent, whose runtime and packages
+// are smaller still. On amd64 it copies nothing at all: its child shares its
+// memory until the exec (sharedStart), running a few system calls of
+// assembly on a stack of its own while the spawner writes its maps.
 //
 // The daemon and the spawner talk over a SOCK_SEQPACKET pair: a Request (JSON,
 // with its files as SCM_RIGHTS) is answered by the child's pid and pidfd; when
@@ -205,25 +206,21 @@ func Main() {
 			say(Message{Err: "spawner: " + err.Error()})
 			continue
 		}
-		cmd, pidfd, err := start(r, fds) // it closes fds
+		pid, pidfd, err := start(r, fds) // it closes fds
 		if err != nil {
 			say(Message{Err: err.Error()})
 			continue
 		}
-		say(Message{Pid: cmd.Process.Pid}, pidfd)
+		say(Message{Pid: pid}, pidfd)
 		go func() {
 			// Wait for the exit without reaping, then reap and say so under
 			// the send lock: the pid is free only from the reap, and no answer
 			// naming a later child with that pid can go out before this.
-			awaitExit(cmd.Process.Pid, pidfd) // it closes pidfd
+			awaitExit(pid, pidfd) // it closes pidfd
 			send.Lock()
 			defer send.Unlock()
-			ps, err := cmd.Process.Wait()
-			e := backend.ExitOf(ps)
-			if err != nil {
-				e = backend.ExitOf(nil)
-			}
-			sayLocked(Message{Pid: cmd.Process.Pid, Exited: true, Exit: &e})
+			e := reap(pid)
+			sayLocked(Message{Pid: pid, Exited: true, Exit: &e})
 		}()
 	}
 }
@@ -274,56 +271,59 @@ func awaitExit(pid, pidfd int) {
 	}
 }
 
+// reap reaps child pid, which has exited, and says how it ended.
+func reap(pid int) sandbox.Exit {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		switch err {
+		case nil:
+			return backend.ExitOfStatus(syscall.WaitStatus(ws))
+		case unix.EINTR:
+		default:
+			return backend.ExitOf(nil)
+		}
+	}
+}
+
+// spawnSpec is one child for sharedStart: files[i] (a descriptor of this
+// process, or -1 for none) becomes the child's descriptor i.
+type spawnSpec struct {
+	path       string
+	args, env  []string
+	files      []int
+	cloneflags uintptr
+	// uid and size are the user namespace's map (0 to uid, size ids), when
+	// cloneflags make one; the child then takes ids 0 in it.
+	uid, size int
+	cgroupFD  int // CLONE_INTO_CGROUP's group, or -1
+}
+
 // start starts r with fds (see Request), which it closes, as
 // the init stage's fork did in the daemon: born in its v1 groups (and v2
-// group), in its working directory.
-func start(r Request, fds []int) (*exec.Cmd, int, error) {
-	files := make([]*os.File, len(fds))
-	for i, fd := range fds {
-		files[i] = os.NewFile(uintptr(fd), "fd"+strconv.Itoa(i))
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+// group), in its working directory. It returns the child's pid and a pidfd.
+func start(r Request, fds []int) (int, int, error) {
+	defer CloseFDs(fds)
 	want := 2 + r.Extra - len(r.Nil)
 	if r.V2 {
 		want++
 	}
 	if len(fds) != want {
-		return nil, -1, fmt.Errorf("spawner: %d files for a request of %d", len(fds), want)
+		return -1, -1, fmt.Errorf("spawner: %d files for a request of %d", len(fds), want)
 	}
-	dir, stderr := fds[0], files[1]
-	rest := files[2:]
+	dir, stderr, rest := fds[0], fds[1], fds[2:]
 	v2 := -1
 	if r.V2 {
-		v2, rest = int(rest[0].Fd()), rest[1:]
+		v2, rest = rest[0], rest[1:]
 	}
-	extra := make([]*os.File, r.Extra)
+	extra := make([]int, r.Extra)
 	for i := range extra {
-		if slices.Contains(r.Nil, i) {
-			continue
+		extra[i] = -1
+		if !slices.Contains(r.Nil, i) {
+			extra[i], rest = rest[0], rest[1:]
 		}
-		extra[i], rest = rest[0], rest[1:]
 	}
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.UID, Size: r.Size}}
-	pidfd := -1
-	cmd := &exec.Cmd{
-		Path:       r.Path,
-		Args:       r.Args,
-		Env:        r.Env,
-		Stderr:     stderr,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: r.Cloneflags, Setsid: true, PidFD: &pidfd,
-			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		},
-	}
-	if v2 >= 0 {
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2
-	}
+	var pid, pidfd int
 	err := cgroup.ForkInDirs(r.V1, func() error {
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
 			return fmt.Errorf("unsharing the working directory: %w", err)
@@ -338,10 +338,87 @@ func start(r Request, fds []int) (*exec.Cmd, int, error) {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("setting no_new_privs: %w", err)
 		}
-		return cmd.Start()
+		var err error
+		pid, pidfd, err = fork(r, stderr, extra, v2)
+		return err
 	})
 	if err != nil {
-		return nil, -1, err
+		return -1, -1, err
 	}
-	return cmd, pidfd, nil
+	return pid, pidfd, nil
+}
+
+// fork starts r's program on the calling thread: standard input and output
+// on /dev/null, standard error on stderr, extra from descriptor 3 (-1: none
+// there), in group v2 (-1: none). Where sharedStart works, the child shares
+// this process's memory until its exec; elsewhere it is an os/exec fork.
+func fork(r Request, stderr int, extra []int, v2 int) (int, int, error) {
+	null, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+	}
+	defer unix.Close(null)
+	env := r.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if SharedSupported {
+		return sharedStart(spawnSpec{
+			path: r.Path, args: r.Args, env: env,
+			files:      append([]int{null, null, stderr}, extra...),
+			cloneflags: r.Cloneflags, uid: r.UID, size: r.Size, cgroupFD: v2,
+		})
+	}
+	// os/exec takes *os.File, which close their descriptors when collected:
+	// it gets copies, so start's stay start's to close.
+	var copies []*os.File
+	defer func() {
+		for _, f := range copies {
+			f.Close()
+		}
+	}()
+	file := func(fd int, name string) (*os.File, error) {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, os.NewSyscallError("fcntl", err)
+		}
+		f := os.NewFile(uintptr(d), name)
+		copies = append(copies, f)
+		return f, nil
+	}
+	errFile, err := file(stderr, "stderr")
+	if err != nil {
+		return -1, -1, err
+	}
+	files := make([]*os.File, len(extra))
+	for i, fd := range extra {
+		if fd >= 0 {
+			if files[i], err = file(fd, "fd"+strconv.Itoa(3+i)); err != nil {
+				return -1, -1, err
+			}
+		}
+	}
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.UID, Size: r.Size}}
+	pidfd := -1
+	cmd := &exec.Cmd{
+		Path:       r.Path,
+		Args:       r.Args,
+		Env:        env,
+		Stderr:     errFile,
+		ExtraFiles: files,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: r.Cloneflags, Setsid: true, PidFD: &pidfd,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+		},
+	}
+	if v2 >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, v2
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, -1, err
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Release() // reaped by pid (reap)
+	return pid, pidfd, nil
 }
