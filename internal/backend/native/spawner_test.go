@@ -79,6 +79,46 @@ func TestSpawner(t *testing.T) {
 	}
 }
 
+// A child whose id maps cannot be written is killed and reaped, and the
+// spawner says why; it leaves no child behind and starts the next one.
+func TestSpawnerBadMaps(t *testing.T) {
+	s, dir, null := testSpawner(t)
+	bad := forker.Request{Path: "/bin/true", Args: []string{"true"}, Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UID: 3_000_000_000, Size: 0} // an empty range: the kernel refuses the map
+	if _, _, err := s.spawn(bad, dir, null, nil, nil); err == nil {
+		t.Fatal("spawn with an empty id range succeeded")
+	}
+	if kids := spawnerChildren(t, s.proc.Pid); len(kids) != 0 {
+		t.Errorf("the spawner has children %v after a failed start", kids)
+	}
+	good := bad
+	good.Size = 65536
+	pid, pidfd, err := s.spawn(good, dir, null, nil, nil)
+	if err != nil {
+		t.Fatalf("spawn after the failure = %v", err)
+	}
+	syscall.Close(pidfd)
+	wantExit(t, s, pid, 0)
+}
+
+// spawnerChildren lists the children of process pid, from every thread.
+func spawnerChildren(t *testing.T, pid int) []string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/children")
+		if err != nil {
+			continue // gone
+		}
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	return kids
+}
+
 // Children that live on cost the spawner no thread each: it waits for
 // their exits through its poller, and still hears each one.
 func TestSpawnerThreadsFlat(t *testing.T) {
@@ -282,7 +322,9 @@ func TestSpawnerForkCopiesNothing(t *testing.T) {
 	for range n {
 		spawn()
 	}
-	if per := float64(faults()-before) / n; per > 8 {
+	// ~3 a fork that shares the memory (~16 under the race detector, whose
+	// shadow memory faults too); ~100 one that copies it.
+	if per := float64(faults()-before) / n; per > 30 {
 		t.Errorf("the spawner took %.1f page faults per fork; a fork that shares its memory takes a few", per)
 	}
 }
