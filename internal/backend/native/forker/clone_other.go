@@ -1,11 +1,12 @@
-//go:build !amd64
+//go:build !linux || !amd64
 
 package forker
 
 import "errors"
 
-// SharedSupported says the spawner's children share its memory until their exec (sharedStart): its child is assembly
-// written for amd64 only; elsewhere the spawner forks through os/exec.
+// SharedSupported says the spawner's children share its memory until their
+// exec (sharedStart): its child is assembly written for linux/amd64 only;
+// elsewhere the spawner forks through os/exec.
 const SharedSupported = false
 
 func sharedStart(spawnSpec) (int, int, error) {

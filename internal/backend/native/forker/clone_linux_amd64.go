@@ -41,7 +41,7 @@ func init() {
 		{unsafe.Offsetof(p.fds), 48}, {unsafe.Offsetof(p.nfds), 56}, {unsafe.Offsetof(p.sigmask), 64},
 		{unsafe.Offsetof(p.dfl), 72}} {
 		if f.off != f.want {
-			panic("forker: childPlan's layout does not match clone_amd64.s")
+			panic("forker: childPlan's layout does not match clone_linux_amd64.s")
 		}
 	}
 	if unsafe.Sizeof(cloneArgs{}) != 88 {
@@ -49,7 +49,7 @@ func init() {
 	}
 }
 
-// rawClone3 is in clone_amd64.s.
+// rawClone3 is in clone_linux_amd64.s.
 //
 //go:noescape
 func rawClone3(args *cloneArgs, plan *childPlan) int64
@@ -57,7 +57,8 @@ func rawClone3(args *cloneArgs, plan *childPlan) int64
 // childStackSize is the child's stack: the assembly uses 64 bytes of it.
 const childStackSize = 16 << 10
 
-// SharedSupported says the spawner's children share its memory until their exec (sharedStart).
+// SharedSupported says the spawner's children share its memory until their
+// exec (sharedStart).
 const SharedSupported = true
 
 // sharedStart starts p's program as a child that shares this process's
