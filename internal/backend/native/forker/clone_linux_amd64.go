@@ -102,17 +102,19 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 		dups = append(dups, d)
 		fds[i] = int64(d)
 	}
+	// The child's own ends of its pipes go above the descriptors it sets
+	// too, or setting those would close or replace them.
 	var errPipe [2]int
-	if err := unix.Pipe2(errPipe[:], unix.O_CLOEXEC); err != nil {
-		return -1, -1, os.NewSyscallError("pipe2", err)
+	if err := childPipe(&errPipe, 1, len(p.files)); err != nil {
+		return -1, -1, err
 	}
 	defer unix.Close(errPipe[0])
 	userNS := p.cloneflags&unix.CLONE_NEWUSER != 0
 	syncPipe := [2]int{-1, -1}
 	if userNS {
-		if err := unix.Pipe2(syncPipe[:], unix.O_CLOEXEC); err != nil {
+		if err := childPipe(&syncPipe, 0, len(p.files)); err != nil {
 			unix.Close(errPipe[1])
-			return -1, -1, os.NewSyscallError("pipe2", err)
+			return -1, -1, err
 		}
 		defer unix.Close(syncPipe[1])
 	}
@@ -214,4 +216,23 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	runtime.KeepAlive(fds)
 	unix.Munmap(stack)
 	return pid, pidfd, nil
+}
+
+// childPipe makes a close-on-exec pipe into fds whose end fds[child], the
+// one the child of sharedStart uses, is numbered min or above.
+func childPipe(fds *[2]int, child, min int) error {
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return os.NewSyscallError("pipe2", err)
+	}
+	if fds[child] >= min {
+		return nil
+	}
+	d, err := unix.FcntlInt(uintptr(fds[child]), unix.F_DUPFD_CLOEXEC, min)
+	unix.Close(fds[child])
+	fds[child] = d
+	if err != nil {
+		unix.Close(fds[1-child])
+		return os.NewSyscallError("fcntl", err)
+	}
+	return nil
 }
