@@ -172,12 +172,7 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 		// the kill is for any other way here. Reaped before its pid can be
 		// anyone else's, and before its stack goes.
 		unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		for {
-			if _, werr := unix.Wait4(pid, &ws, 0, nil); werr != unix.EINTR {
-				break
-			}
-		}
+		reap(pid)
 		unix.Close(pidfd)
 		unix.Munmap(stack)
 		return -1, -1, err
