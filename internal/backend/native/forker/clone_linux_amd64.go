@@ -61,41 +61,44 @@ const childStackSize = 16 << 10
 // exec (sharedStart).
 const SharedSupported = true
 
-// sharedStart starts p's program as a child that shares this process's
-// memory until it execs (clone3 with CLONE_VM), so that the fork copies no
+// sharedStart starts r's program as a child that shares this process's
+// memory until it execs (clone3 with CLONE_VM): files[i] (a descriptor of
+// this process, or -1 for none) becomes the child's descriptor i, and the
+// child is born in group cgroupFD (-1: none); with a new user namespace it
+// takes ids 0 there, mapped to r.UID's range. So the fork copies no
 // page table and write-protects nothing: the child runs a few system calls
 // of assembly on a stack of its own, while this thread writes its uid and
 // gid maps and then waits for its exec. It must run on a locked OS thread
 // that is thrown away afterwards (ForkInDirs), whose signal mask it changes
 // for the moment of the clone.
-func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
-	path, err := syscall.BytePtrFromString(p.path)
+func sharedStart(r Request, files []int, cgroupFD int) (pid, pidfd int, err error) {
+	path, err := syscall.BytePtrFromString(r.Path)
 	if err != nil {
 		return -1, -1, err
 	}
-	argv, err := syscall.SlicePtrFromStrings(p.args)
+	argv, err := syscall.SlicePtrFromStrings(r.Args)
 	if err != nil {
 		return -1, -1, err
 	}
-	envp, err := syscall.SlicePtrFromStrings(p.env)
+	envp, err := syscall.SlicePtrFromStrings(r.Env)
 	if err != nil {
 		return -1, -1, err
 	}
 	// Every source goes above the last descriptor the child sets, so that
 	// setting them in order overwrites none still to be moved.
-	fds := make([]int64, len(p.files))
+	fds := make([]int64, len(files))
 	var dups []int
 	defer func() {
 		for _, fd := range dups {
 			unix.Close(fd)
 		}
 	}()
-	for i, fd := range p.files {
+	for i, fd := range files {
 		fds[i] = -1
 		if fd < 0 {
 			continue
 		}
-		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, len(p.files))
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, len(files))
 		if err != nil {
 			return -1, -1, os.NewSyscallError("fcntl", err)
 		}
@@ -105,14 +108,14 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	// The child's own ends of its pipes go above the descriptors it sets
 	// too, or setting those would close or replace them.
 	var errPipe [2]int
-	if err := childPipe(&errPipe, 1, len(p.files)); err != nil {
+	if err := childPipe(&errPipe, 1, len(files)); err != nil {
 		return -1, -1, err
 	}
 	defer unix.Close(errPipe[0])
-	userNS := p.cloneflags&unix.CLONE_NEWUSER != 0
+	userNS := r.Cloneflags&unix.CLONE_NEWUSER != 0
 	syncPipe := [2]int{-1, -1}
 	if userNS {
-		if err := childPipe(&syncPipe, 0, len(p.files)); err != nil {
+		if err := childPipe(&syncPipe, 0, len(files)); err != nil {
 			unix.Close(errPipe[1])
 			return -1, -1, err
 		}
@@ -137,15 +140,15 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	}
 	var childPidfd int32 = -1
 	args := &cloneArgs{
-		flags:      uint64(p.cloneflags) | unix.CLONE_VM | unix.CLONE_PIDFD,
+		flags:      uint64(r.Cloneflags) | unix.CLONE_VM | unix.CLONE_PIDFD,
 		pidfd:      uint64(uintptr(unsafe.Pointer(&childPidfd))),
 		exitSignal: uint64(unix.SIGCHLD),
 		stack:      uint64(uintptr(unsafe.Pointer(&stack[0]))),
 		stackSize:  childStackSize,
 	}
-	if p.cgroupFD >= 0 {
+	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
-		args.cgroup = uint64(p.cgroupFD)
+		args.cgroup = uint64(cgroupFD)
 	}
 
 	// No fd without close-on-exec is made while the child copies the table
@@ -154,7 +157,7 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	syscall.ForkLock.Lock()
 	all, old := ^uint64(0), uint64(0)
 	unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
-	r := rawClone3(args, plan)
+	ret := rawClone3(args, plan)
 	unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
 	syscall.ForkLock.Unlock()
 
@@ -162,11 +165,11 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	if syncPipe[0] >= 0 {
 		unix.Close(syncPipe[0])
 	}
-	if r < 0 {
+	if ret < 0 {
 		unix.Munmap(stack)
-		return -1, -1, os.NewSyscallError("clone3", syscall.Errno(-r))
+		return -1, -1, os.NewSyscallError("clone3", syscall.Errno(-ret))
 	}
-	pid, pidfd = int(r), int(childPidfd)
+	pid, pidfd = int(ret), int(childPidfd)
 	fail := func(err error) (int, int, error) {
 		// The child exits by itself once the sync pipe closes or it failed;
 		// the kill is for any other way here. Reaped before its pid can be
@@ -178,10 +181,10 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 		return -1, -1, err
 	}
 	if userNS {
-		ids := fmt.Sprintf("0 %d %d\n", p.uid, p.size)
+		ids := fmt.Sprintf("0 %d %d\n", r.UID, r.Size)
 		for _, f := range []string{"uid_map", "gid_map"} {
 			if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/"+f, []byte(ids), 0); err != nil {
-				return fail(fmt.Errorf("writing the %s of %s: %w", f, p.path, err))
+				return fail(fmt.Errorf("writing the %s of %s: %w", f, r.Path, err))
 			}
 		}
 		if _, err := unix.Write(syncPipe[1], []byte{0}); err != nil {
@@ -203,7 +206,7 @@ func sharedStart(p spawnSpec) (pid, pidfd int, err error) {
 	}
 	if n != 0 {
 		errno := syscall.Errno(*(*int32)(unsafe.Pointer(&buf[0])))
-		return fail(&os.PathError{Op: "fork/exec", Path: p.path, Err: errno})
+		return fail(&os.PathError{Op: "fork/exec", Path: r.Path, Err: errno})
 	}
 	runtime.KeepAlive(plan)
 	runtime.KeepAlive(argv)

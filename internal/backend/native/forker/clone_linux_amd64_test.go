@@ -40,7 +40,7 @@ func TestSharedStartPipesAboveTheChildsDescriptors(t *testing.T) {
 	}
 	files[0], files[1], files[2] = null, null, null
 	for range 10 {
-		pid, pidfd, err := sharedStart(spawnSpec{path: "/bin/true", args: []string{"true"}, files: files, cgroupFD: -1})
+		pid, pidfd, err := sharedStart(Request{Path: "/bin/true", Args: []string{"true"}}, files, -1)
 		if err != nil {
 			t.Fatalf("sharedStart = %v", err)
 		}

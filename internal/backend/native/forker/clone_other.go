@@ -9,6 +9,6 @@ import "errors"
 // elsewhere the spawner forks through os/exec.
 const SharedSupported = false
 
-func sharedStart(spawnSpec) (int, int, error) {
+func sharedStart(Request, []int, int) (int, int, error) {
 	return -1, -1, errors.New("forker: no shared-memory clone on this architecture")
 }

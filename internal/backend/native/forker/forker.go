@@ -286,19 +286,6 @@ func reap(pid int) sandbox.Exit {
 	}
 }
 
-// spawnSpec is one child for sharedStart: files[i] (a descriptor of this
-// process, or -1 for none) becomes the child's descriptor i.
-type spawnSpec struct {
-	path       string
-	args, env  []string
-	files      []int
-	cloneflags uintptr
-	// uid and size are the user namespace's map (0 to uid, size ids), when
-	// cloneflags make one; the child then takes ids 0 in it.
-	uid, size int
-	cgroupFD  int // CLONE_INTO_CGROUP's group, or -1
-}
-
 // start starts r with fds (see Request), which it closes, as
 // the init stage's fork did in the daemon: born in its v1 groups (and v2
 // group), in its working directory. It returns the child's pid and a pidfd.
@@ -358,16 +345,11 @@ func fork(r Request, stderr int, extra []int, v2 int) (int, int, error) {
 		return -1, -1, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
 	}
 	defer unix.Close(null)
-	env := r.Env
-	if env == nil {
-		env = os.Environ()
+	if r.Env == nil {
+		r.Env = os.Environ()
 	}
 	if SharedSupported {
-		return sharedStart(spawnSpec{
-			path: r.Path, args: r.Args, env: env,
-			files:      append([]int{null, null, stderr}, extra...),
-			cloneflags: r.Cloneflags, uid: r.UID, size: r.Size, cgroupFD: v2,
-		})
+		return sharedStart(r, append([]int{null, null, stderr}, extra...), v2)
 	}
 	// os/exec takes *os.File, which close their descriptors when collected:
 	// it gets copies, so start's stay start's to close.
@@ -403,7 +385,7 @@ func fork(r Request, stderr int, extra []int, v2 int) (int, int, error) {
 	cmd := &exec.Cmd{
 		Path:       r.Path,
 		Args:       r.Args,
-		Env:        env,
+		Env:        r.Env,
 		Stderr:     errFile,
 		ExtraFiles: files,
 		SysProcAttr: &syscall.SysProcAttr{
