@@ -271,7 +271,7 @@ func awaitExit(pid, pidfd int) {
 	}
 }
 
-// reap reaps child pid, which has exited, and says how it ended.
+// reap waits for child pid to end, reaps it and says how it ended.
 func reap(pid int) sandbox.Exit {
 	var ws unix.WaitStatus
 	for {
