@@ -10,6 +10,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -880,6 +881,7 @@ func rs04Attack(r *run) error {
 		}
 		r.sh(id, "rm -f /workspace/fa /workspace/dd /usr/local/dd")
 	}
+	rs04Subvolumes(r, id)
 	after, err := allocated(img)
 	if err != nil {
 		return err
@@ -906,6 +908,68 @@ func rs04Attack(r *run) error {
 		r.breach("RS-04: a plain failure ended %q, want exited", res.Reason)
 	}
 	return nil
+}
+
+// rs04SubvolumeProbe asks btrfs, in the workspace (itself a subvolume of the
+// quota filesystem), for a subvolume and a snapshot of the sandbox's own,
+// whose quota groups no limit would bound; and, as the control, for a
+// reflink copy: an ioctl of the same type on the same filesystem, allowed.
+const rs04SubvolumeProbe = `
+import errno, fcntl, os, struct
+fd = os.open("/workspace", os.O_RDONLY)
+def call(what, req, buf):
+    try:
+        fcntl.ioctl(fd, req, buf)
+        print(what, "made")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+call("subvolume", 0x5000940e, bytearray(struct.pack("q4088s", 0, b"nested")))
+call("subvolume-v2", 0x50009418, bytearray(struct.pack("qQQ32s4040s", 0, 0, 0, b"", b"nested2")))
+call("snapshot-v2", 0x50009417, bytearray(struct.pack("qQQ32s4040s", fd, 0, 0, b"", b"snap")))
+with open("/workspace/src", "wb") as f:
+    f.write(b"x" * 65536)
+src = os.open("/workspace/src", os.O_RDONLY)
+dst = os.open("/workspace/dst", os.O_WRONLY | os.O_CREAT, 0o644)
+try:
+    fcntl.ioctl(dst, 0x40049409, src)  # FICLONE
+    print("reflink made")
+except OSError as e:
+    print("reflink", errno.errorcode.get(e.errno, e.errno))
+`
+
+// rs04Subvolumes: a subvolume or snapshot of the sandbox's own would escape
+// its disk_mb (and kept the daemon from deleting its directory in one call).
+// Refused with EPERM; checked at the far end too: the sandbox's directory on
+// the host holds no subvolume but its own.
+func rs04Subvolumes(r *run, id string) {
+	res := r.exec(id, map[string]any{"argv": []string{"python3", "-c", rs04SubvolumeProbe}, "timeout": 60})
+	out := res.Stdout + res.Stderr
+	if !strings.Contains(out, "reflink made") {
+		r.breach("RS-04 control: a reflink copy in the workspace failed: %q", out)
+	}
+	for _, what := range []string{"subvolume", "subvolume-v2", "snapshot-v2"} {
+		if !strings.Contains(out, what+" EPERM\n") {
+			r.breach("RS-04: a btrfs %s in the workspace was not refused with EPERM: %q", what, out)
+		}
+	}
+	dir := filepath.Join(r.d.dataDir, "backends", "native", "disk", id)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || path == dir {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		if st.Ino == 256 { // a subvolume's root directory
+			r.breach("RS-04: the sandbox made a subvolume of its own: %s", path)
+		}
+		return nil
+	})
+	if err != nil {
+		r.breach("RS-04: walking the sandbox's directory %s: %v", dir, err)
+	}
+	r.sh(id, "rm -f /workspace/src /workspace/dst")
 }
 
 // RS-05: millions of empty files stop at the quota: btrfs counts metadata.

@@ -145,7 +145,7 @@ var catalogue = []entry{
 		setup: rs02Setup, control: rs02Control, attackProbe: rs02Attack},
 	{id: "RS-03", attack: "every core spinning, memory at the limit, client calls", backends: nativeOnly,
 		setup: rs03Setup, control: rs03Control, attackProbe: rs03Attack},
-	{id: "RS-04", attack: "disk fill (fallocate, dd) in the workspace and the writable layer", backends: nativeOnly,
+	{id: "RS-04", attack: "disk fill (fallocate, dd) in the workspace and the writable layer; a btrfs subvolume or snapshot of its own", backends: nativeOnly,
 		setup: rs04Setup, control: rs04Control, attackProbe: rs04Attack},
 	{id: "RS-05", attack: "inode exhaustion: empty files until refused", backends: nativeOnly,
 		setup: rs05Setup, control: rs05Control, attackProbe: rs05Attack},

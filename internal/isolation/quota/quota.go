@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,8 @@ const (
 	subvolSyncCount = 2 // BTRFS_SUBVOL_SYNC_COUNT: deleted subvolumes not yet cleaned
 
 	quotaCtlEnable = 1
-	limitMaxRfer   = 1 // BTRFS_QGROUP_LIMIT_MAX_RFER
+	limitMaxRfer   = 1          // BTRFS_QGROUP_LIMIT_MAX_RFER
+	limitClear     = ^uint64(0) // CLEAR_VALUE: the flagged limit is lifted
 )
 
 type volArgs struct {
@@ -286,7 +288,10 @@ func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
 // Remove deletes name, a subvolume Create made, with everything in it: one
 // ioctl, after which btrfs's cleaner drops its trees in the background,
 // instead of an unlink per file (which cost a cycle of create, exec and
-// delete ~1 ms of the daemon's CPU). A name that is no subvolume (a plain
+// delete ~1 ms of the daemon's CPU). A subvolume holding subvolumes of its
+// own is not deleted in one call, and one filled to its limit cannot pay for
+// the metadata of deleting one: its limit is lifted, the subvolumes within
+// deleted (removeNested), and then it. A name that is no subvolume (a plain
 // directory) or that the kernel will not delete is removed file by file.
 // Removing what does not exist is not an error.
 func (p *Pool) Remove(name string) error {
@@ -299,15 +304,73 @@ func (p *Pool) Remove(name string) error {
 		return fmt.Errorf("disk quota: %w", err)
 	}
 	defer unix.Close(parent)
-	var args volArgs
-	copy(args.Name[:], name)
-	err = ioctl(parent, iocSnapDestroy, unsafe.Pointer(&args))
+	err = destroy(parent, name)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):
 		return nil
+	case errors.Is(err, unix.ENOTEMPTY):
+		if err := p.removeNested(path); err != nil {
+			return err
+		}
+		if err := destroy(parent, name); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
 	}
 	if err := os.RemoveAll(path); err != nil {
 		return fmt.Errorf("disk quota: removing %s: %w", path, err)
+	}
+	return nil
+}
+
+// destroy deletes the subvolume name in the directory dir.
+func destroy(dir int, name string) error {
+	var args volArgs
+	copy(args.Name[:], name)
+	return ioctl(dir, iocSnapDestroy, unsafe.Pointer(&args))
+}
+
+// subvolumeRootIno is the inode number of every subvolume's root directory
+// (BTRFS_FIRST_FREE_OBJECTID).
+const subvolumeRootIno = 256
+
+// removeNested lifts the limit of the subvolume at path and deletes every
+// subvolume beneath it, the deepest first. Sandboxes cannot make one (the
+// seccomp floor denies btrfs's subvolume ioctls); this is for a directory
+// that holds one anyway, so that it never outlives its sandbox.
+func (p *Pool) removeNested(path string) error {
+	if err := p.Limit(path, 0); err != nil {
+		return err
+	}
+	var nested []string
+	err := filepath.WalkDir(path, func(sub string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() || sub == path {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(sub, &st); err != nil {
+			return err
+		}
+		if st.Ino == subvolumeRootIno {
+			nested = append(nested, sub)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("disk quota: finding the subvolumes in %s: %w", path, err)
+	}
+	for _, sub := range slices.Backward(nested) { // a walk lists parents first
+		dir, err := unix.Open(filepath.Dir(sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("disk quota: %w", &fs.PathError{Op: "open", Path: filepath.Dir(sub), Err: err})
+		}
+		err = destroy(dir, filepath.Base(sub))
+		unix.Close(dir)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("disk quota: deleting the subvolume %s: %w", sub, err)
+		}
 	}
 	return nil
 }
@@ -321,7 +384,7 @@ func (p *Pool) Limit(path string, maxBytes uint64) error {
 	defer unix.Close(fd)
 	args := qgroupLimitArgs{Flags: limitMaxRfer, MaxRfer: maxBytes}
 	if maxBytes == 0 {
-		args.Flags, args.MaxRfer = 0, 0
+		args.MaxRfer = limitClear // without the flag the limit would stay as it is
 	}
 	if err := ioctl(fd, iocQgroupLimit, unsafe.Pointer(&args)); err != nil {
 		return fmt.Errorf("disk quota: limiting %s to %d bytes: %w", path, maxBytes, err)

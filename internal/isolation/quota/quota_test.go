@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -288,6 +289,53 @@ func TestRemove(t *testing.T) {
 	// The name can be made again at once.
 	if _, err := p.Create("a", 1<<20); err != nil {
 		t.Errorf("Create after Remove = %v", err)
+	}
+}
+
+// A sandbox directory holding subvolumes of its own (which the seccomp floor
+// keeps sandboxes from making), filled to its limit, still goes in one
+// Remove, nested subvolumes and all.
+func TestRemoveNested(t *testing.T) {
+	p, _ := open(t)
+	a, err := p.Create("a", 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkSubvol := func(dir, name string) string {
+		t.Helper()
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		var args volArgs
+		copy(args.Name[:], name)
+		if err := ioctl(fd, iocSubvolCreate, unsafe.Pointer(&args)); err != nil {
+			t.Fatalf("making subvolume %s in %s: %v", name, dir, err)
+		}
+		return filepath.Join(dir, name)
+	}
+	ws := filepath.Join(a, "workspace")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n1 := mkSubvol(ws, "nested")
+	n2 := mkSubvol(n1, "deeper")
+	// The nested subvolumes are outside a's limit: what the floor's rules are for.
+	if err := fill(filepath.Join(n2, "big"), 48); err != nil {
+		t.Fatalf("writing 48 MiB in a nested subvolume of a 32 MiB one: %v", err)
+	}
+	if err := fill(filepath.Join(ws, "fill"), 64); !over(err) {
+		t.Fatalf("filling the limited subvolume: %v, want EDQUOT or ENOSPC", err)
+	}
+	if err := p.Remove("a"); err != nil {
+		t.Fatalf("Remove of a full subvolume holding two nested ones = %v", err)
+	}
+	if _, err := os.Lstat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Remove, %s: %v", a, err)
+	}
+	if !p.Empty() {
+		t.Errorf("the pool still holds something after Remove")
 	}
 }
 

@@ -4,7 +4,9 @@
 // A profile is a deny list: every syscall is allowed unless a rule denies it,
 // with an errno or by killing the process. Under every profile lies a floor
 // no profile can lift (module and kexec calls, bpf, the mount family, the
-// keyring, reboot, swapon, open_by_handle_at, perf_event_open), and every
+// keyring, reboot, swapon, open_by_handle_at, perf_event_open, btrfs's
+// subvolume and snapshot ioctls, which would let a sandbox escape its disk
+// quota), and every
 // filter starts by checking the architecture: a call through another ABI
 // (i386's int 0x80, x32's numbers) kills the process, so a rule written for
 // x86_64 numbers cannot be walked around.

@@ -45,12 +45,38 @@ type Arg struct {
 const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWTIME
 
-// floor is denied under every profile.
-var floor = Profile{Name: "floor", Rules: []Rule{{Names: []string{
+// floor is denied under every profile: the calls of its first rule always,
+// btrfs's subvolume ioctls (btrfsSubvolumeRules) too.
+var floor = Profile{Name: "floor", Rules: append([]Rule{{Names: []string{
 	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf",
 	"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
 	"keyctl", "add_key", "request_key", "reboot", "swapon", "swapoff", "open_by_handle_at", "perf_event_open",
-}}}}
+}}}, btrfsSubvolumeRules...)}
+
+// btrfs's ioctls that make, delete or re-flag a subvolume or snapshot. A
+// sandbox's workspace is a subvolume of the daemon's quota filesystem: a
+// subvolume made inside it would have a quota group of its own, unlimited,
+// so whatever the sandbox wrote there would escape its disk_mb, and it would
+// keep the daemon from deleting the sandbox's directory in one call. Reflinks
+// (FICLONE, FICLONERANGE, FIDEDUPERANGE share btrfs's ioctl type) stay
+// allowed: they are copies within the quota. The kernel reads the request's
+// 32 bits.
+var btrfsSubvolumeRules = func() []Rule {
+	const (
+		snapCreate     = 0x50009401 // BTRFS_IOC_SNAP_CREATE: _IOW(0x94, 1, struct btrfs_ioctl_vol_args)
+		subvolCreate   = 0x5000940e // BTRFS_IOC_SUBVOL_CREATE: _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+		snapDestroy    = 0x5000940f // BTRFS_IOC_SNAP_DESTROY: _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
+		snapCreateV2   = 0x50009417 // BTRFS_IOC_SNAP_CREATE_V2: _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
+		subvolCreateV2 = 0x50009418 // BTRFS_IOC_SUBVOL_CREATE_V2: _IOW(0x94, 24, struct btrfs_ioctl_vol_args_v2)
+		subvolSetFlags = 0x4008941a // BTRFS_IOC_SUBVOL_SETFLAGS: _IOW(0x94, 26, __u64)
+		snapDestroyV2  = 0x5000943f // BTRFS_IOC_SNAP_DESTROY_V2: _IOW(0x94, 63, struct btrfs_ioctl_vol_args_v2)
+	)
+	var rules []Rule
+	for _, req := range []uint64{snapCreate, subvolCreate, snapDestroy, snapCreateV2, subvolCreateV2, subvolSetFlags, snapDestroyV2} {
+		rules = append(rules, Rule{Names: []string{"ioctl"}, Args: []Arg{{Index: 1, Op: "eq32", Value: req}}})
+	}
+	return rules
+}()
 
 // common are the rules of every built-in profile.
 var common = []Rule{

@@ -119,7 +119,11 @@ func TestDefaultVerdicts(t *testing.T) {
 		{"acct", nil, eperm}, {"syslog", nil, eperm}, {"quotactl", nil, eperm}, {"fanotify_init", nil, eperm},
 		{"iopl", nil, eperm}, {"ioperm", nil, eperm},
 		{"ioctl", []uint64{0, unix.TIOCSTI}, eperm}, {"ioctl", []uint64{0, unix.TIOCLINUX}, eperm},
-		{"ioctl", []uint64{0, 1<<32 | unix.TIOCSTI}, eperm}, // high bits the kernel ignores
+		{"ioctl", []uint64{0, 1<<32 | unix.TIOCSTI}, eperm},                                  // high bits the kernel ignores
+		{"ioctl", []uint64{3, 0x5000940e}, eperm}, {"ioctl", []uint64{3, 0x50009418}, eperm}, // btrfs subvolume create
+		{"ioctl", []uint64{3, 0x50009401}, eperm}, {"ioctl", []uint64{3, 0x50009417}, eperm}, // btrfs snapshot
+		{"ioctl", []uint64{3, 0x5000940f}, eperm}, {"ioctl", []uint64{3, 0x5000943f}, eperm}, // btrfs subvolume delete
+		{"ioctl", []uint64{3, 0x4008941a}, eperm}, {"ioctl", []uint64{3, 1<<32 | 0x5000940e}, eperm},
 		// Allowed.
 		{"read", nil, allow}, {"write", nil, allow}, {"openat", nil, allow}, {"execve", nil, allow},
 		{"clone", []uint64{uint64(unix.SIGCHLD)}, allow},
@@ -131,6 +135,9 @@ func TestDefaultVerdicts(t *testing.T) {
 		{"personality", []uint64{0}, allow}, {"personality", []uint64{0xffffffff}, allow},
 		{"ptrace", nil, allow}, {"process_vm_readv", nil, allow}, {"adjtimex", nil, allow},
 		{"ioctl", []uint64{0, unix.TCGETS}, allow}, {"getpid", nil, allow}, {"kcmp", nil, allow},
+		// Reflinks share btrfs's ioctl type and stay.
+		{"ioctl", []uint64{3, unix.FICLONE}, allow}, {"ioctl", []uint64{3, unix.FICLONERANGE}, allow},
+		{"ioctl", []uint64{3, unix.FIDEDUPERANGE}, allow},
 	} {
 		if got := run(t, prog, x86ID, nr(t, c.name), c.args...); got != c.want {
 			t.Errorf("%s(%#x) = %#x, want %#x", c.name, c.args, got, c.want)
@@ -244,6 +251,11 @@ func FuzzCompile(f *testing.F) {
 				t.Fatalf("profile %s allows %s, of the floor", js, name)
 			}
 		}
+		for _, r := range btrfsSubvolumeRules {
+			if got := run(t, prog, x86ID, nr(t, "ioctl"), 3, r.Args[0].Value); got == allow {
+				t.Fatalf("profile %s allows ioctl %#x, of the floor", js, r.Args[0].Value)
+			}
+		}
 	})
 }
 
@@ -336,9 +348,11 @@ func TestProgramMatchesRules(t *testing.T) {
 	}
 }
 
-// steps counts the instructions the filter runs for syscall nr with all
-// arguments 0: the work of each call the kernel filters, and, for every
-// number, of the action cache it builds when a filter is attached.
+// steps counts the instructions the filter runs for syscall nr up to its
+// verdict or its first load of an argument: the work of each call the kernel
+// filters before its arguments matter, and, for every number, of the action
+// cache it builds when a filter is attached (which stops at an argument
+// load: the verdict of such a number is never cached).
 func steps(t *testing.T, prog *Program, nr uint32) int {
 	t.Helper()
 	ins := prog.Instructions()
@@ -349,6 +363,9 @@ func steps(t *testing.T, prog *Program, nr uint32) int {
 		}
 		switch in := ins[pc].Disassemble().(type) {
 		case bpf.LoadAbsolute:
+			if in.Off != offNR && in.Off != offArch {
+				return n
+			}
 			a = map[uint32]uint32{offNR: nr, offArch: x86ID}[in.Off]
 			pc++
 		case bpf.Jump:
