@@ -172,6 +172,61 @@ func TestReopen(t *testing.T) {
 	}
 }
 
+// A new filesystem gets simple quotas where the kernel has them (6.7 on:
+// the sysfs mode file), full quota groups before; one whose quotas are on
+// already keeps its mode, and a reopened pool reports it.
+func TestMode(t *testing.T) {
+	p, dir := open(t)
+	want := ModeQgroup
+	if _, err := os.Stat("/sys/fs/btrfs/features/simple_quota"); err == nil {
+		want = ModeSimple
+	}
+	if p.Mode() != want {
+		t.Errorf("a new pool's mode = %q, want %q", p.Mode(), want)
+	}
+	if p2, err := Open(dir, 1<<30); err != nil || p2.Mode() != want {
+		t.Errorf("reopened: mode %q, %v; want %q", p2.Mode(), err, want)
+	}
+	// A filesystem with full quota groups on before the pool opens it.
+	other := t.TempDir()
+	img := filepath.Join(other, "disk.img")
+	if err := format(img, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(other, "disk")
+	if err := os.Mkdir(mnt, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := mountImage(img, mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, 0) })
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := quotaCtlArgs{Cmd: quotaCtlEnable}
+	err = ioctl(fd, iocQuotaCtl, unsafe.Pointer(&args))
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Open(other, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Mode() != ModeQgroup {
+		t.Errorf("a filesystem with full quota groups on: mode %q after Open, want %q", q.Mode(), ModeQgroup)
+	}
+	a, err := q.Create("a", 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(a, "x"), 12); !over(err) {
+		t.Errorf("full quota groups: 12 MiB into 8 MiB: %v", err)
+	}
+}
+
 func BenchmarkCreate(b *testing.B) {
 	if Tools() != nil {
 		b.Skip()
