@@ -7,8 +7,10 @@ package nsinit
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -82,7 +84,9 @@ func confine(keep uint64, threadOnly, skipBounding bool) error {
 		if threadOnly {
 			_, _, errno = syscall.RawSyscall6(trap, a1, a2, a3, 0, 0, 0)
 		} else {
+			restore := gatherThreads()
 			_, _, errno = syscall.AllThreadsSyscall6(trap, a1, a2, a3, 0, 0, 0)
+			restore()
 		}
 		if errno == syscall.ENOTSUP && !threadOnly {
 			return errors.New("the sbx binary was built with cgo, which cannot confine every thread: build it with CGO_ENABLED=0")
@@ -186,4 +190,40 @@ func NarrowBounding() error {
 		}
 	}
 	return nil
+}
+
+// gatherThreads pins every thread of the process to the CPU the calling
+// thread runs on, and returns what gives them all (any thread started
+// meanwhile too) the calling thread's affinity back. For AllThreadsSyscall:
+// it signals each other thread and yields until that thread has made the
+// call, and a thread woken on a CPU busy with other work makes it wait
+// there, yielding in a loop on an otherwise idle one. Gathered, each
+// signalled thread wakes where the caller yields its CPU to it. In create,
+// exec and delete cycles of four workers on two cores, the init's capset
+// took 2.7-2.9% of all CPU (1.6% in sched_yield) scattered, 0.7% gathered
+// (this function's 0.45% included); with idle CPUs it costs ~25 us.
+func gatherThreads() (restore func()) {
+	var orig unix.CPUSet
+	if unix.SchedGetaffinity(0, &orig) != nil {
+		return func() {}
+	}
+	var cpu uint32
+	if _, _, errno := syscall.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return func() {}
+	}
+	var one unix.CPUSet
+	one.Set(int(cpu))
+	setAll := func(set *unix.CPUSet) {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if tid, err := strconv.Atoi(e.Name()); err == nil {
+				unix.SchedSetaffinity(tid, set)
+			}
+		}
+	}
+	setAll(&one)
+	return func() { setAll(&orig) }
 }
