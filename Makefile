@@ -68,11 +68,12 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-bin/protoc-gen-go bin/protoc-gen-connect-go:
+bin/protoc-gen-go bin/protoc-gen-connect-go bin/protoc-gen-go-vtproto:
 	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o bin/protoc-gen-connect-go connectrpc.com/connect/cmd/protoc-gen-connect-go
+	$(GO) build -o bin/protoc-gen-go-vtproto github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
 
-generate: bin/protoc-gen-go bin/protoc-gen-connect-go
+generate: bin/protoc-gen-go bin/protoc-gen-connect-go bin/protoc-gen-go-vtproto
 	cd api/agent && $(GO) generate ./...
 
 # CI: regenerating must not change checked-in code.

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sbx.dev/sbx/internal/agent/service"
 	"sbx.dev/sbx/internal/procmaps"
 )
 
@@ -56,9 +55,9 @@ func (a *activity) whenIdle(d time.Duration, f func()) {
 	}
 }
 
-// warmUp builds the exec path's protobuf coders and maps the program's code.
+// warmUp maps the program's code. (The exec path's messages need no
+// warming: protocodec encodes them without protobuf's reflection.)
 func warmUp() {
-	service.WarmExec()
 	populateText() // an old kernel's refusal changes nothing
 }
 

@@ -25,6 +25,7 @@ import (
 	"sbx.dev/sbx/api/agent/filesystem/filesystemconnect"
 	pb "sbx.dev/sbx/api/agent/sbxagent"
 	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
+	"sbx.dev/sbx/internal/protocodec"
 	"sbx.dev/sbx/internal/sandbox"
 )
 
@@ -61,7 +62,9 @@ func New(id sandbox.ID, dial func(context.Context) (net.Conn, error)) *Client {
 	lost, lose := context.WithCancelCause(context.Background())
 	hc := &http.Client{Transport: &lossTransport{base: tr, lost: lost}}
 	// No compression over a local socket: it costs CPU on every call.
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxReplyBytes), connect.WithAcceptCompression("gzip", nil, nil)}
+	// protocodec: encoding without reflection; the agent is untrusted, so
+	// its replies are decoded with protobuf's own checks.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxReplyBytes), connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protocodec.Codec{Untrusted: true})}
 	return &Client{
 		id:    id,
 		tr:    tr,

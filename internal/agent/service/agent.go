@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "sbx.dev/sbx/api/agent/sbxagent"
@@ -265,22 +264,4 @@ func (a agentService) Grep(ctx context.Context, req *connect.Request[pb.GrepRequ
 		resp.Matches = append(resp.Matches, &pb.GrepMatch{Path: validUTF8(mt.Path), Line: mt.Line, Text: mt.Text, Count: mt.Count})
 	}
 	return connect.NewResponse(resp), nil
-}
-
-// WarmExec readies the protobuf coders of an exec's request and events, which
-// the runtime builds on a type's first use: about half a millisecond here,
-// otherwise paid by the sandbox's first exec. The agent runs it once it serves,
-// while a warm sandbox waits in the pool.
-func WarmExec() {
-	b, _ := proto.Marshal(&pb.ExecRequest{Argv: []string{"true"}, Env: map[string]string{"K": "v"}})
-	proto.Unmarshal(b, new(pb.ExecRequest))
-	for _, ev := range []*pb.ExecEvent{
-		{Event: &pb.ExecEvent_Started{Started: &pb.Started{}}},
-		{Event: &pb.ExecEvent_Output{Output: &pb.Output{}}},
-		{Event: &pb.ExecEvent_Result{Result: &pb.ExecResult{}}},
-		{Event: &pb.ExecEvent_Keepalive{Keepalive: &pb.Keepalive{}}},
-	} {
-		b, _ := proto.Marshal(ev)
-		proto.Unmarshal(b, new(pb.ExecEvent))
-	}
 }

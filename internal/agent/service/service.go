@@ -23,6 +23,7 @@ import (
 	"sbx.dev/sbx/api/agent/sbxagent/sbxagentconnect"
 	"sbx.dev/sbx/internal/agent/files"
 	"sbx.dev/sbx/internal/agent/process"
+	"sbx.dev/sbx/internal/protocodec"
 )
 
 // maxRequestBytes bounds a Connect request (WriteFile content included).
@@ -69,7 +70,8 @@ func New(cfg Config, table *process.Table, fs *files.FS) *Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Compression buys nothing over a local socket and costs CPU on every call.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32)}
+	// protocodec: no reflection in a fresh agent's first exec.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32), connect.WithCodec(protocodec.Codec{})}
 	mux.Handle(servicePath(processconnect.ProcessName), holding(onFirstUse(func() (string, http.Handler) {
 		return processconnect.NewProcessHandler(envdProcess{s}, opts...)
 	})))
