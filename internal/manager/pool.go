@@ -76,14 +76,16 @@ func newWarmPool(size, cores int, slots chan struct{}, newWarm func(context.Cont
 }
 
 // take removes a warm sandbox on driver driverName that can serve spec from the
-// pool and returns it, or nil.
+// pool and returns it, or nil: the one readied last, idle the shortest. On a
+// VM whose idle moments cost every process its caches, its first exec took
+// 0.2-0.3 ms less than the oldest's.
 func (p *warmPool) take(driverName string, spec sandbox.Spec) *warm {
 	p.mu.Lock()
 	var w *warm
-	for i, c := range p.ready {
+	for i, c := range slices.Backward(p.ready) {
 		if c.driver.Name == driverName && poolFits(c, spec) {
 			w = c
-			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			p.ready = slices.Delete(p.ready, i, i+1)
 			break
 		}
 	}
