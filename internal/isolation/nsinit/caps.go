@@ -76,17 +76,19 @@ var InitCaps = []string{"SYS_ADMIN", "NET_ADMIN", "SYS_RESOURCE"}
 
 // confine applies keep and no_new_privs. Both are per thread: with allThreads
 // they go to every thread of the process through syscall.AllThreadsSyscall
-// (which a binary built with cgo lacks: that is an error), else to the calling
-// thread only, which must be the one that execs.
+// (which a binary built with cgo lacks: that is an error), its threads
+// gathered on one CPU meanwhile (gatherThreads), else to the calling thread
+// only, which must be the one that execs.
 func confine(keep uint64, threadOnly, skipBounding bool) error {
+	if !threadOnly {
+		defer gatherThreads()()
+	}
 	call := func(trap, a1, a2, a3 uintptr) error {
 		var errno syscall.Errno
 		if threadOnly {
 			_, _, errno = syscall.RawSyscall6(trap, a1, a2, a3, 0, 0, 0)
 		} else {
-			restore := gatherThreads()
 			_, _, errno = syscall.AllThreadsSyscall6(trap, a1, a2, a3, 0, 0, 0)
-			restore()
 		}
 		if errno == syscall.ENOTSUP && !threadOnly {
 			return errors.New("the sbx binary was built with cgo, which cannot confine every thread: build it with CGO_ENABLED=0")
