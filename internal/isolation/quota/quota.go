@@ -253,9 +253,11 @@ func mountImage(img, mnt string) error {
 // the same way here (no extent is shared between subvolumes: no snapshots,
 // and a sandbox reaches only its own), but full quota groups find every
 // changed extent's owners by walking its back references at each commit,
-// and deleting a subvolume commits to remove its group: in create, exec and
-// delete cycles btrfs's cleaner took 6.3% of all CPU with them, 1.9% with
-// simple quotas, which owe each extent to the subvolume that made it.
+// where simple quotas owe each extent to the subvolume that made it: in
+// create, exec and delete cycles whose exec wrote 100 small files and 5 MB,
+// the CPU per cycle (the deleted subvolumes' drops included) was 30 and 33 ms
+// with full quota groups, 27 and 31 ms with simple ones. Dropping a deleted
+// subvolume costs btrfs's cleaner the same in both modes (a commit each).
 func (p *Pool) enable() error {
 	fd, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
