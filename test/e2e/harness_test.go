@@ -244,6 +244,9 @@ func (d *daemon) cleanup() {
 	if poolMounted(d.dataDir) {
 		d.t.Errorf("leak: the disk pool %s is still mounted after a clean stop with no sandbox", poolDir(d.dataDir))
 	}
+	for _, g := range spareGroups(d.instance) {
+		d.t.Errorf("leak: spare cgroup %s after a clean stop", g)
+	}
 	if d.t.Failed() {
 		d.dumpLog()
 	}

@@ -51,7 +51,10 @@ func leaks(dataDir, instance string) []string {
 		for _, h := range hier {
 			ents, _ := os.ReadDir(h)
 			for _, e := range ents {
-				if e.IsDir() {
+				// A running daemon keeps spare groups, reset, for its next
+				// creates; a process in one shows below, and after a clean
+				// stop none may be left (spareGroups).
+				if e.IsDir() && !strings.HasPrefix(e.Name(), "spare-") {
 					out = append(out, "cgroup "+filepath.Join(h, e.Name()))
 				}
 			}
@@ -96,6 +99,17 @@ func leaks(dataDir, instance string) []string {
 		return nil
 	})
 	return out
+}
+
+// spareGroups lists the spare groups of instance on the host: a daemon that
+// stopped cleanly removed its own.
+func spareGroups(instance string) []string {
+	if instance == "" {
+		return nil
+	}
+	found, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + instance + "/spare-*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/sbx/" + instance + "/spare-*")
+	return append(found, more...)
 }
 
 // daemonParent reports whether the parent of the process at procDir is an

@@ -132,6 +132,9 @@ func (r *run) closePrivate(d *daemon) []string {
 	if poolMounted(d.dataDir) {
 		found = append(found, "the disk pool "+poolDir(d.dataDir)+" is still mounted after a clean stop")
 	}
+	for _, g := range spareGroups(d.instance) {
+		found = append(found, "spare cgroup "+g+" after a clean stop")
+	}
 	found = append(found, leaksBeyond(d.dataDir, d.instance, nil, 5*time.Second)...)
 	removeInstanceGroups(d.instance)
 	mounted := false

@@ -70,7 +70,10 @@ func conformance(t *testing.T, exe string) {
 		if err != nil {
 			t.Fatalf("Open = %v", err)
 		}
-		t.Cleanup(func() { d.pool.Close() }) // busy while another driver of the test holds sandboxes: the last one unmounts
+		t.Cleanup(func() {
+			d.layout.DropSpares() // as Close does
+			d.pool.Close()        // busy while another driver of the test holds sandboxes: the last one unmounts
+		})
 		return d
 	}, backendtest.HostAudit(func(t *testing.T) *testutil.LeakAudit {
 		return &testutil.LeakAudit{CgroupPrefix: "sbx/" + opts.Instance, DataDir: opts.DataDir, Keep: []string{"bin", "layers"}}
@@ -94,6 +97,7 @@ func BenchmarkStartDestroy(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.pool.Close()
+	defer d.layout.DropSpares()
 	var starts, destroys []time.Duration
 	for b.Loop() {
 		sp := backendtest.Spec()

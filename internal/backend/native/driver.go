@@ -33,6 +33,12 @@ import (
 // Name is the driver's registry name and its isolation level when complete.
 const Name = "native"
 
+// spareGroups is how many of the v1 memory and CPU groups of destroyed
+// sandboxes the driver keeps, reset, for the next creates
+// (cgroup.Layout.KeepSpares): enough for a burst of a few workers' creates
+// and destroys with the warm pool refilling.
+const spareGroups = 16
+
 var _ backend.Driver = (*Driver)(nil)
 var _ backend.Statser = (*Driver)(nil)
 var _ backend.Lister = (*Driver)(nil)
@@ -108,6 +114,16 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if err := d.layout.SkipV1WhereV2Serves("sbx/" + opts.Instance); err != nil { // the parent of its groups
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
+	defer func() {
+		if retErr != nil && d.layout.V2 != "" { // the parent SkipV1WhereV2Serves made, if empty
+			os.Remove(filepath.Join(d.layout.V2, "sbx", opts.Instance))
+		}
+	}()
+	// Spare groups a daemon of this instance kept when it stopped short.
+	if err := d.layout.RemoveSpares("sbx/" + opts.Instance); err != nil {
+		return nil, fmt.Errorf("opening native driver: %w", err)
+	}
+	d.layout.KeepSpares(spareGroups)
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}

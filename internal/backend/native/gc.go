@@ -107,6 +107,9 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 		if err := unmountGone(inst); err != nil {
 			errs = append(errs, err)
 		}
+		if err := layout.RemoveSpares("sbx/" + inst); err != nil {
+			errs = append(errs, err)
+		}
 		for _, root := range roots {
 			err := os.Remove(filepath.Join(root, "sbx", inst))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {

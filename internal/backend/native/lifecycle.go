@@ -284,6 +284,7 @@ func (d *Driver) Close(ctx context.Context) error {
 			d.log.Warn("unmounting the disk quota pool", "err", err)
 		}
 	}
+	d.layout.DropSpares()
 	for _, h := range d.hierarchies() {
 		err := os.Remove(filepath.Join(h, "sbx", d.opts.Instance))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {

@@ -69,6 +69,7 @@ func openTestWith(t testing.TB, edit func(*backend.Options), argv ...string) (*D
 	audit.Snapshot(t)
 	t.Cleanup(func() {
 		audit.Check(t)
+		d.layout.DropSpares()               // as Close does
 		for _, h := range d.hierarchies() { // the instance group is the test's, not a sandbox's
 			os.Remove(filepath.Join(h, "sbx", inst))
 		}
@@ -391,6 +392,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(d2.layout.DropSpares) // d2 is not closed
 	got, err := d2.Recover(t.Context(), id, inst.Saved)
 	if err != nil {
 		t.Fatalf("Recover = %v", err)

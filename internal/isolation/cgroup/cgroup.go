@@ -51,6 +51,8 @@ type Group struct {
 	v1 map[string]string
 	// v2 is the directory in the unified hierarchy, or "".
 	v2 string
+	// reused are the directories Create took from spares (KeepSpares).
+	reused []string
 }
 
 // Group returns the group at rel (e.g. "sbx/inst/id") without creating it, for
@@ -239,8 +241,9 @@ func (g *Group) dirs() []string {
 	return append(out, v1...)
 }
 
-// Create makes the group at rel in every hierarchy it uses. The leaf must not
-// exist: Create never adopts a group it did not make. Missing ancestors are made
+// Create makes the group at rel in every hierarchy it uses, or takes a spare
+// for it where the layout keeps them (KeepSpares). The leaf must not exist:
+// Create never adopts a group it did not make. Missing ancestors are made
 // too; on a pure v2 host the memory, pids and cpu controllers are enabled down to
 // the leaf's parent. On error, what Create made of the leaf is removed.
 func (l *Layout) Create(rel string) (_ *Group, retErr error) {
@@ -267,6 +270,11 @@ func (l *Layout) Create(rel string) (_ *Group, retErr error) {
 			if err := l.enableControllers(g.v2); err != nil {
 				return nil, err
 			}
+		}
+		if g.reusable(d) && l.takeSpare(d) {
+			g.reused = append(g.reused, d)
+			made = append(made, d)
+			continue
 		}
 		if err := l.mkdir(d); err != nil {
 			return nil, fmt.Errorf("creating cgroup %s: %w", d, err)
@@ -357,8 +365,13 @@ func (g *Group) SetLimits(lim Limits) error {
 		}
 		return errors.Join(errs...)
 	}
-	if d := g.v1["memory"]; d != "" && lim.MemoryBytes > 0 {
-		v := strconv.FormatInt(lim.MemoryBytes, 10)
+	// A spare group taken (KeepSpares) may hold its last user's limits: the
+	// unlimited ones are written too.
+	if d := g.v1["memory"]; d != "" && (lim.MemoryBytes > 0 || slices.Contains(g.reused, d)) {
+		v := "-1"
+		if lim.MemoryBytes > 0 {
+			v = strconv.FormatInt(lim.MemoryBytes, 10)
+		}
 		// memsw (memory+swap) exists only with swap accounting; equal means no
 		// swap. The kernel keeps memory ≤ memsw, so raising a limit writes memsw
 		// first and lowering it writes memory first.
@@ -378,6 +391,8 @@ func (g *Group) SetLimits(lim Limits) error {
 	if d := g.v1["cpu"]; d != "" && lim.MilliCPUs > 0 {
 		set(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriodUS))
 		set(d, "cpu.cfs_quota_us", strconv.FormatInt(lim.MilliCPUs*cpuPeriodUS/1000, 10))
+	} else if d != "" && slices.Contains(g.reused, d) {
+		set(d, "cpu.cfs_quota_us", "-1")
 	}
 	return errors.Join(errs...)
 }
@@ -584,6 +599,9 @@ func (g *Group) Populated() (bool, error) {
 func (g *Group) Remove(ctx context.Context) error {
 	var errs []error
 	for _, d := range g.dirs() {
+		if g.reusable(d) && g.keep(d) {
+			continue
+		}
 		if err := g.removeTree(ctx, d); err != nil {
 			errs = append(errs, err)
 		}

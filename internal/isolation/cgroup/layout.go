@@ -40,6 +40,8 @@ type Layout struct {
 	NoCPUAcct bool
 	// fake makes directories plain ones with regular files (NewFakeV2).
 	fake bool
+	// spares are the groups Remove keeps for Create (KeepSpares), or nil.
+	spares *spares
 }
 
 // Mode names the layout: "v1", "v2", "hybrid" or "none".
