@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,15 +37,54 @@ const baseURL = "http://agent"
 
 // Client talks to one sandbox's agent. It is safe for concurrent use.
 type Client struct {
-	id    sandbox.ID
-	tr    *http.Transport
-	hc    *http.Client
-	agent sbxagentconnect.AgentClient
-	fs    filesystemconnect.FilesystemClient
+	id sandbox.ID
+	tr *http.Transport
+	hc *http.Client
 	// lost ends, with the reason as its cause, when Lose is called: every call
 	// in flight ends then, and every later one fails at once.
 	lost context.Context
 	lose context.CancelCauseFunc
+}
+
+// rpcs are the Connect clients of the agent's services, one set for every
+// sandbox: each call reaches its sandbox's agent through the Client its
+// context carries (Client.bind, route). Building them costs a URL parse,
+// options and a schema lookup for each of the services' methods, which a
+// set per sandbox paid at every create.
+var rpcs = sync.OnceValue(func() (r struct {
+	agent sbxagentconnect.AgentClient
+	fs    filesystemconnect.FilesystemClient
+}) {
+	hc := &http.Client{Transport: route{}}
+	// No compression over a local socket: it costs CPU on every call.
+	// protocodec: encoding without reflection; the agent is untrusted, so
+	// its replies are decoded with protobuf's own checks.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxReplyBytes), connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protocodec.Codec{Untrusted: true})}
+	r.agent = sbxagentconnect.NewAgentClient(hc, baseURL, opts...)
+	r.fs = filesystemconnect.NewFilesystemClient(hc, baseURL, opts...)
+	return r
+})
+
+type clientKey struct{}
+
+// bind returns ctx carrying c, for a call through rpcs.
+func (c *Client) bind(ctx context.Context) context.Context {
+	return context.WithValue(ctx, clientKey{}, c)
+}
+
+// route sends each request of rpcs through the HTTP client of the Client its
+// context carries.
+type route struct{}
+
+func (route) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, ok := req.Context().Value(clientKey{}).(*Client)
+	if !ok {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errors.New("agentclient: a call without its sandbox's client")
+	}
+	return c.hc.Transport.RoundTrip(req)
 }
 
 // New returns a client for sandbox id that reaches its agent through dial.
@@ -61,19 +101,7 @@ func New(id sandbox.ID, dial func(context.Context) (net.Conn, error)) *Client {
 	}
 	lost, lose := context.WithCancelCause(context.Background())
 	hc := &http.Client{Transport: &lossTransport{base: tr, lost: lost}}
-	// No compression over a local socket: it costs CPU on every call.
-	// protocodec: encoding without reflection; the agent is untrusted, so
-	// its replies are decoded with protobuf's own checks.
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxReplyBytes), connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protocodec.Codec{Untrusted: true})}
-	return &Client{
-		id:    id,
-		tr:    tr,
-		hc:    hc,
-		agent: sbxagentconnect.NewAgentClient(hc, baseURL, opts...),
-		fs:    filesystemconnect.NewFilesystemClient(hc, baseURL, opts...),
-		lost:  lost,
-		lose:  lose,
-	}
+	return &Client{id: id, tr: tr, hc: hc, lost: lost, lose: lose}
 }
 
 // HTTP returns the client's HTTP client onto the agent: its requests reach
@@ -196,7 +224,7 @@ func (c *Client) wrap(op string, err error) error {
 
 // Health returns nil once the agent serves.
 func (c *Client) Health(ctx context.Context) error {
-	_, err := c.agent.Health(ctx, connect.NewRequest(&pb.HealthRequest{}))
+	_, err := rpcs().agent.Health(c.bind(ctx), connect.NewRequest(&pb.HealthRequest{}))
 	return c.wrap("health", err)
 }
 
@@ -204,13 +232,13 @@ func (c *Client) Health(ctx context.Context) error {
 // (one no caller sees), and returns once it has: for a sandbox kept ahead
 // of demand, whose first exec then pays none of it.
 func (c *Client) Warm(ctx context.Context) error {
-	_, err := c.agent.Health(ctx, connect.NewRequest(&pb.HealthRequest{Warm: true}))
+	_, err := rpcs().agent.Health(c.bind(ctx), connect.NewRequest(&pb.HealthRequest{Warm: true}))
 	return c.wrap("warm", err)
 }
 
 // HealthInfo returns what the agent reports about itself.
 func (c *Client) HealthInfo(ctx context.Context) (*pb.HealthResponse, error) {
-	resp, err := c.agent.Health(ctx, connect.NewRequest(&pb.HealthRequest{}))
+	resp, err := rpcs().agent.Health(c.bind(ctx), connect.NewRequest(&pb.HealthRequest{}))
 	if err != nil {
 		return nil, c.wrap("health", err)
 	}
@@ -259,7 +287,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool,
 	if req.Timeout > 0 && msg.TimeoutMs == 0 {
 		msg.TimeoutMs = 1
 	}
-	st, err := c.agent.Exec(ctx, connect.NewRequest(msg))
+	st, err := rpcs().agent.Exec(c.bind(ctx), connect.NewRequest(msg))
 	if err != nil {
 		return nil, c.wrap(op, err)
 	}
@@ -271,7 +299,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stream bool,
 // first when replay is set, until it exits; it returns the result.
 func (c *Client) Attach(ctx context.Context, pid string, replay bool, onEvent func(sandbox.ExecEvent) error) (*sandbox.ExecResult, error) {
 	const op = "attach"
-	st, err := c.agent.Attach(ctx, connect.NewRequest(&pb.AttachRequest{Id: pid, Replay: replay}))
+	st, err := rpcs().agent.Attach(c.bind(ctx), connect.NewRequest(&pb.AttachRequest{Id: pid, Replay: replay}))
 	if err != nil {
 		return nil, c.wrap(op, err)
 	}
@@ -372,7 +400,7 @@ func processInfo(st *pb.ProcessStatus) sandbox.ProcessInfo {
 
 // Wait blocks until process pid exits or timeout passes; Running tells which.
 func (c *Client) Wait(ctx context.Context, pid string, timeout time.Duration) (sandbox.ProcessInfo, error) {
-	resp, err := c.agent.Wait(ctx, connect.NewRequest(&pb.WaitRequest{Id: pid, TimeoutMs: max(clampMs(timeout), 1)}))
+	resp, err := rpcs().agent.Wait(c.bind(ctx), connect.NewRequest(&pb.WaitRequest{Id: pid, TimeoutMs: max(clampMs(timeout), 1)}))
 	if err != nil {
 		return sandbox.ProcessInfo{}, c.wrap("wait_process", err)
 	}
@@ -380,7 +408,7 @@ func (c *Client) Wait(ctx context.Context, pid string, timeout time.Duration) (s
 }
 
 func (c *Client) Process(ctx context.Context, pid string) (sandbox.ProcessInfo, error) {
-	resp, err := c.agent.GetProcess(ctx, connect.NewRequest(&pb.GetProcessRequest{Id: pid}))
+	resp, err := rpcs().agent.GetProcess(c.bind(ctx), connect.NewRequest(&pb.GetProcessRequest{Id: pid}))
 	if err != nil {
 		return sandbox.ProcessInfo{}, c.wrap("get_process", err)
 	}
@@ -388,7 +416,7 @@ func (c *Client) Process(ctx context.Context, pid string) (sandbox.ProcessInfo, 
 }
 
 func (c *Client) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
-	resp, err := c.agent.ListProcesses(ctx, connect.NewRequest(&pb.ListProcessesRequest{}))
+	resp, err := rpcs().agent.ListProcesses(c.bind(ctx), connect.NewRequest(&pb.ListProcessesRequest{}))
 	if err != nil {
 		return nil, c.wrap("list_processes", err)
 	}
@@ -400,14 +428,14 @@ func (c *Client) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
 }
 
 func (c *Client) WriteStdin(ctx context.Context, pid string, data []byte, eof bool) error {
-	_, err := c.agent.WriteStdin(ctx, connect.NewRequest(&pb.WriteStdinRequest{Id: pid, Data: data, Eof: eof}))
+	_, err := rpcs().agent.WriteStdin(c.bind(ctx), connect.NewRequest(&pb.WriteStdinRequest{Id: pid, Data: data, Eof: eof}))
 	return c.wrap("write_stdin", err)
 }
 
 // Signal sends sig to process pid (9 ends its whole tree) and reports the outcome:
 // sandbox.OutcomeStopped, OutcomeSignaled or OutcomeAlreadyExited.
 func (c *Client) Signal(ctx context.Context, pid string, sig int) (string, error) {
-	resp, err := c.agent.Signal(ctx, connect.NewRequest(&pb.SignalRequest{Id: pid, Signal: int32(sig)}))
+	resp, err := rpcs().agent.Signal(c.bind(ctx), connect.NewRequest(&pb.SignalRequest{Id: pid, Signal: int32(sig)}))
 	if err != nil {
 		return "", c.wrap("signal", err)
 	}
@@ -420,7 +448,7 @@ func (c *Client) Signal(ctx context.Context, pid string, sig int) (string, error
 }
 
 func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64) (sandbox.ReadResult, error) {
-	resp, err := c.agent.ReadFile(ctx, connect.NewRequest(&pb.ReadFileRequest{Path: path, Offset: offset, Limit: limit}))
+	resp, err := rpcs().agent.ReadFile(c.bind(ctx), connect.NewRequest(&pb.ReadFileRequest{Path: path, Offset: offset, Limit: limit}))
 	if err != nil {
 		return sandbox.ReadResult{}, c.wrap("read_file", err)
 	}
@@ -429,7 +457,7 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64)
 }
 
 func (c *Client) WriteFile(ctx context.Context, path string, content []byte, mode uint32, appendTo bool) (sandbox.FileInfo, error) {
-	resp, err := c.agent.WriteFile(ctx, connect.NewRequest(&pb.WriteFileRequest{Path: path, Content: content, Mode: mode, Append: appendTo}))
+	resp, err := rpcs().agent.WriteFile(c.bind(ctx), connect.NewRequest(&pb.WriteFileRequest{Path: path, Content: content, Mode: mode, Append: appendTo}))
 	if err != nil {
 		return sandbox.FileInfo{}, c.wrap("write_file", err)
 	}
@@ -461,7 +489,7 @@ func fileInfo(e *fspb.EntryInfo) sandbox.FileInfo {
 }
 
 func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	resp, err := c.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: path}))
+	resp, err := rpcs().fs.Stat(c.bind(ctx), connect.NewRequest(&fspb.StatRequest{Path: path}))
 	if err != nil {
 		return sandbox.FileInfo{}, c.wrap("stat", err)
 	}
@@ -469,7 +497,7 @@ func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error
 }
 
 func (c *Client) List(ctx context.Context, path string, depth int) ([]sandbox.FileInfo, error) {
-	resp, err := c.fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}))
+	resp, err := rpcs().fs.ListDir(c.bind(ctx), connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}))
 	if err != nil {
 		return nil, c.wrap("list_dir", err)
 	}
@@ -481,7 +509,7 @@ func (c *Client) List(ctx context.Context, path string, depth int) ([]sandbox.Fi
 }
 
 func (c *Client) MakeDir(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	resp, err := c.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: path}))
+	resp, err := rpcs().fs.MakeDir(c.bind(ctx), connect.NewRequest(&fspb.MakeDirRequest{Path: path}))
 	if err != nil {
 		return sandbox.FileInfo{}, c.wrap("make_dir", err)
 	}
@@ -489,7 +517,7 @@ func (c *Client) MakeDir(ctx context.Context, path string) (sandbox.FileInfo, er
 }
 
 func (c *Client) Move(ctx context.Context, src, dst string) (sandbox.FileInfo, error) {
-	resp, err := c.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: src, Destination: dst}))
+	resp, err := rpcs().fs.Move(c.bind(ctx), connect.NewRequest(&fspb.MoveRequest{Source: src, Destination: dst}))
 	if err != nil {
 		return sandbox.FileInfo{}, c.wrap("move", err)
 	}
@@ -497,12 +525,12 @@ func (c *Client) Move(ctx context.Context, src, dst string) (sandbox.FileInfo, e
 }
 
 func (c *Client) Remove(ctx context.Context, path string) error {
-	_, err := c.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: path}))
+	_, err := rpcs().fs.Remove(c.bind(ctx), connect.NewRequest(&fspb.RemoveRequest{Path: path}))
 	return c.wrap("remove", err)
 }
 
 func (c *Client) Glob(ctx context.Context, pattern, dir string, limit int) ([]string, bool, error) {
-	resp, err := c.agent.Glob(ctx, connect.NewRequest(&pb.GlobRequest{Pattern: pattern, Path: dir, Limit: int32(min(limit, math.MaxInt32))}))
+	resp, err := rpcs().agent.Glob(c.bind(ctx), connect.NewRequest(&pb.GlobRequest{Pattern: pattern, Path: dir, Limit: int32(min(limit, math.MaxInt32))}))
 	if err != nil {
 		return nil, false, c.wrap("glob", err)
 	}
@@ -528,7 +556,7 @@ type GrepRequest struct {
 }
 
 func (c *Client) Grep(ctx context.Context, req GrepRequest) ([]sandbox.GrepMatch, bool, error) {
-	resp, err := c.agent.Grep(ctx, connect.NewRequest(&pb.GrepRequest{Pattern: req.Pattern, Path: req.Path, Include: req.Include,
+	resp, err := rpcs().agent.Grep(c.bind(ctx), connect.NewRequest(&pb.GrepRequest{Pattern: req.Pattern, Path: req.Path, Include: req.Include,
 		IgnoreCase: req.IgnoreCase, Fixed: req.Fixed, Limit: int32(min(req.Limit, math.MaxInt32)), Mode: req.Mode, Glob: req.Glob}))
 	if err != nil {
 		return nil, false, c.wrap("grep", err)

@@ -3,6 +3,7 @@ package agentclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -188,5 +189,73 @@ func TestCallerCancelIsNotAgentLost(t *testing.T) {
 	}
 	if err := c.Health(t.Context()); err != nil {
 		t.Errorf("control: Health after a cancelled exec = %v", err)
+	}
+}
+
+// versionAgent answers Health with its own version.
+type versionAgent struct {
+	sbxagentconnect.UnimplementedAgentHandler
+	version string
+}
+
+func (a versionAgent) Health(context.Context, *connect.Request[pb.HealthRequest]) (*connect.Response[pb.HealthResponse], error) {
+	return connect.NewResponse(&pb.HealthResponse{Version: a.version}), nil
+}
+
+// TestCallsReachTheirOwnAgent: the Connect clients are one set for every
+// sandbox; each call goes to the agent of the Client it was made through,
+// with many clients calling at once.
+func TestCallsReachTheirOwnAgent(t *testing.T) {
+	var clients []*Client
+	for i := range 8 {
+		sock := filepath.Join(t.TempDir(), "agent.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(sbxagentconnect.NewAgentHandler(versionAgent{version: fmt.Sprint("agent-", i)}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		c := New(sandbox.NewID(), func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		})
+		t.Cleanup(c.Close)
+		clients = append(clients, c)
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		for range 20 {
+			wg.Go(func() {
+				info, err := c.HealthInfo(t.Context())
+				if err != nil {
+					t.Errorf("client %d: HealthInfo = %v", i, err)
+					return
+				}
+				if want := fmt.Sprint("agent-", i); info.Version != want {
+					t.Errorf("client %d reached %q, want %q", i, info.Version, want)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// A lost client fails at once; the others still answer.
+	clients[0].Lose("test: gone")
+	if err := clients[0].Health(t.Context()); !errors.Is(err, sandbox.ErrAgentLost) {
+		t.Errorf("Health of a lost client = %v, want ErrAgentLost", err)
+	}
+	if err := clients[1].Health(t.Context()); err != nil {
+		t.Errorf("Health of another client after a loss = %v", err)
+	}
+}
+
+// A request of the shared clients without a Client in its context is refused,
+// its body closed.
+func TestRouteWithoutClient(t *testing.T) {
+	req, _ := http.NewRequest("POST", baseURL+"/x", strings.NewReader("body"))
+	if _, err := (route{}).RoundTrip(req); err == nil {
+		t.Error("RoundTrip without a Client succeeded")
 	}
 }

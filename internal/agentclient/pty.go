@@ -36,13 +36,13 @@ func (c *Client) Resize(ctx context.Context, pid string, rows, cols uint16) erro
 	if rows == 0 || cols == 0 {
 		return &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: a terminal of %d rows and %d columns: both must be at least 1", sandbox.ErrInvalid, rows, cols)}
 	}
-	_, err := c.agent.Resize(ctx, connect.NewRequest(&pb.ResizeRequest{Id: pid, Rows: uint32(rows), Cols: uint32(cols)}))
+	_, err := rpcs().agent.Resize(c.bind(ctx), connect.NewRequest(&pb.ResizeRequest{Id: pid, Rows: uint32(rows), Cols: uint32(cols)}))
 	return c.wrap(op, err)
 }
 
 // status is the agent's own record of process pid, terminal flag included.
 func (c *Client) status(ctx context.Context, op, pid string) (*pb.ProcessStatus, error) {
-	resp, err := c.agent.GetProcess(ctx, connect.NewRequest(&pb.GetProcessRequest{Id: pid}))
+	resp, err := rpcs().agent.GetProcess(c.bind(ctx), connect.NewRequest(&pb.GetProcessRequest{Id: pid}))
 	if err != nil {
 		return nil, c.wrap(op, err)
 	}

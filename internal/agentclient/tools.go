@@ -20,7 +20,7 @@ import (
 // chunk's Cursor is the next read's since; its Start is past since when the
 // log dropped what came between.
 func (c *Client) ReadOutput(ctx context.Context, pid string, since int64, wait, linger time.Duration, maxBytes int64) (sandbox.OutputChunk, error) {
-	resp, err := c.agent.ReadOutput(ctx, connect.NewRequest(&pb.ReadOutputRequest{Id: pid, Since: since,
+	resp, err := rpcs().agent.ReadOutput(c.bind(ctx), connect.NewRequest(&pb.ReadOutputRequest{Id: pid, Since: since,
 		WaitMs: clampMs(wait), LingerMs: clampMs(linger), MaxBytes: maxBytes}))
 	if err != nil {
 		return sandbox.OutputChunk{}, c.wrap("read_output", err)
@@ -40,7 +40,7 @@ func (c *Client) ReadOutput(ctx context.Context, pid string, since int64, wait, 
 // to a jiffy: for what a command wrote, take since just before starting it,
 // minus a margin (20 ms).
 func (c *Client) Changed(ctx context.Context, root string, since time.Time, limit int) ([]string, bool, error) {
-	resp, err := c.agent.Changed(ctx, connect.NewRequest(&pb.ChangedRequest{Root: root, Since: timestamppb.New(since),
+	resp, err := rpcs().agent.Changed(c.bind(ctx), connect.NewRequest(&pb.ChangedRequest{Root: root, Since: timestamppb.New(since),
 		Limit: int32(min(limit, math.MaxInt32))}))
 	if err != nil {
 		return nil, false, c.wrap("changed", err)
@@ -51,7 +51,7 @@ func (c *Client) Changed(ctx context.Context, root string, since time.Time, limi
 // ReadLines reads up to limit lines (0: 2000) of a text file from the
 // 0-based line offset on, each cut to maxLineChars characters (0: 2000).
 func (c *Client) ReadLines(ctx context.Context, path string, offset, limit int64, maxLineChars int) (sandbox.Lines, error) {
-	resp, err := c.agent.ReadLines(ctx, connect.NewRequest(&pb.ReadLinesRequest{Path: path, Offset: offset, Limit: limit,
+	resp, err := rpcs().agent.ReadLines(c.bind(ctx), connect.NewRequest(&pb.ReadLinesRequest{Path: path, Offset: offset, Limit: limit,
 		MaxLineChars: int32(min(maxLineChars, math.MaxInt32))}))
 	if err != nil {
 		return sandbox.Lines{}, c.wrap("read_lines", err)
@@ -64,7 +64,7 @@ func (c *Client) ReadLines(ctx context.Context, path string, offset, limit int64
 // EditFile replaces old with new in a file: exactly, or in the one region
 // that matches old closely enough (see EditResult.Strategy).
 func (c *Client) EditFile(ctx context.Context, path, old, new string, replaceAll bool) (sandbox.EditResult, error) {
-	resp, err := c.agent.EditFile(ctx, connect.NewRequest(&pb.EditFileRequest{Path: path, OldString: old, NewString: new,
+	resp, err := rpcs().agent.EditFile(c.bind(ctx), connect.NewRequest(&pb.EditFileRequest{Path: path, OldString: old, NewString: new,
 		ReplaceAll: replaceAll}))
 	if err != nil {
 		return sandbox.EditResult{}, c.wrap("edit_file", err)
