@@ -42,15 +42,7 @@ func GC(ctx context.Context, dryRun bool) ([]Orphan, error) {
 	if err != nil {
 		return nil, err
 	}
-	var roots []string
-	if layout.V2 != "" {
-		roots = append(roots, layout.V2)
-	}
-	for _, m := range layout.V1 {
-		if !slices.Contains(roots, m) {
-			roots = append(roots, m)
-		}
-	}
+	roots := layout.Roots()
 	instances := map[string][]sandbox.ID{}
 	for _, root := range roots {
 		ents, _ := os.ReadDir(filepath.Join(root, "sbx"))

@@ -252,20 +252,7 @@ func TestSkipV1WhereV2Serves(t *testing.T) {
 		}
 		// Its CPU time is still counted, by the unified group: a shell
 		// that spins once it is in the group.
-		cmd := exec.Command("/bin/sh", "-c", "read x; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-		start, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.AddPid(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			t.Fatalf("AddPid = %v", err)
-		}
-		start.Write([]byte("go\n"))
-		if err := cmd.Wait(); err != nil {
+		if err := runIn(t, g, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"); err != nil {
 			t.Fatal(err)
 		}
 		st, err := g.Stats()

@@ -185,7 +185,7 @@ func (l *Layout) DropSpares() {
 // an sbx that stopped without DropSpares.
 func (l *Layout) RemoveSpares(rel string) error {
 	var errs []error
-	for _, root := range l.roots() {
+	for _, root := range l.Roots() {
 		dir := filepath.Join(root, rel)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
@@ -205,8 +205,8 @@ func (l *Layout) RemoveSpares(rel string) error {
 	return errors.Join(errs...)
 }
 
-// roots lists the mount points of the layout's hierarchies, each once.
-func (l *Layout) roots() []string {
+// Roots lists the mount points of the layout's hierarchies, each once.
+func (l *Layout) Roots() []string {
 	var out []string
 	if l.V2 != "" {
 		out = append(out, l.V2)

@@ -35,7 +35,7 @@ func TestSpares(t *testing.T) {
 	parent := fmt.Sprintf("sbx/sparetest%d", time.Now().UnixNano()%1e9)
 	t.Cleanup(func() {
 		l.DropSpares()
-		for _, root := range l.roots() {
+		for _, root := range l.Roots() {
 			os.Remove(filepath.Join(root, parent))
 		}
 	})
@@ -65,25 +65,6 @@ func TestSpares(t *testing.T) {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	// run runs script in g (the shell joins before it reads its go-ahead)
-	// and waits for it.
-	run := func(g *Group, script string) error {
-		cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.AddPid(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("AddPid = %v", err)
-		}
-		in.Write([]byte("go\n"))
-		return cmd.Wait()
-	}
 	create := func(name string) *Group {
 		g, err := l.Create(parent + "/" + name)
 		if err != nil {
@@ -106,7 +87,7 @@ func TestSpares(t *testing.T) {
 	if err := a.SetLimits(Limits{MemoryBytes: 64 << 20, MilliCPUs: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(a, fmt.Sprintf(fill, 20<<20)); err != nil {
+	if err := runIn(t, a, fmt.Sprintf(fill, 20<<20)); err != nil {
 		t.Fatalf("filling group a: %v", err)
 	}
 	st, err := a.Stats()
@@ -126,7 +107,7 @@ func TestSpares(t *testing.T) {
 			t.Errorf("%s remains after Remove", d)
 		}
 	}
-	for _, root := range l.roots() {
+	for _, root := range l.Roots() {
 		if root != l.V1["memory"] && root != l.V1["cpu"] && root != l.V1["cpuacct"] && len(spares(root)) > 0 {
 			t.Errorf("a spare kept in %s, whose groups are delegated", root)
 		}
@@ -161,7 +142,7 @@ func TestSpares(t *testing.T) {
 	if err := b.SetLimits(Limits{MemoryBytes: 32 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(b, fmt.Sprintf(fill, 100<<20)); err == nil {
+	if err := runIn(t, b, fmt.Sprintf(fill, 100<<20)); err == nil {
 		t.Fatal("100 MiB in a 32 MiB group: want the shell OOM-killed")
 	}
 	if st, _ := b.Stats(); st.OOMKills == 0 {
@@ -230,4 +211,25 @@ func TestSpares(t *testing.T) {
 			t.Errorf("spares in %s after RemoveSpares = %v", root, got)
 		}
 	}
+}
+
+// runIn runs the shell script in g (the shell joins before it reads its
+// go-ahead) and waits for it.
+func runIn(t *testing.T, g *Group, script string) error {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.AddPid(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("AddPid = %v", err)
+	}
+	in.Write([]byte("go\n"))
+	return cmd.Wait()
 }
