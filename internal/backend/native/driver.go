@@ -119,9 +119,11 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 			os.Remove(filepath.Join(d.layout.V2, "sbx", opts.Instance))
 		}
 	}()
-	// Spare groups a daemon of this instance kept when it stopped short.
+	// Spare groups a daemon of this instance kept when it stopped short. One
+	// that cannot go (a process in it, which a spare never holds) is logged,
+	// not a reason not to start.
 	if err := d.layout.RemoveSpares("sbx/" + opts.Instance); err != nil {
-		return nil, fmt.Errorf("opening native driver: %w", err)
+		d.log.Warn("removing the spare cgroups of an earlier run", logkey.Err, err)
 	}
 	d.layout.KeepSpares(spareGroups)
 	if d.exe, err = seal(opts.Exe, filepath.Join(opts.DataDir, "bin")); err != nil {
