@@ -148,8 +148,9 @@ func reset(dir string) error {
 		}
 		return err
 	}
-	if exists(filepath.Join(dir, "memory.oom_control")) {
-		if n, err := readKey(filepath.Join(dir, "memory.oom_control"), "oom_kill"); err != nil || n != 0 {
+	// A memory group (the others have no memory.oom_control).
+	if n, err := readKey(filepath.Join(dir, "memory.oom_control"), "oom_kill"); !errors.Is(err, fs.ErrNotExist) {
+		if err != nil || n != 0 {
 			return fmt.Errorf("an OOM kill counted (%d) or unread: %v", n, err)
 		}
 		if n, err := readInt(filepath.Join(dir, "memory.usage_in_bytes")); err != nil || n > spareMaxBytes {
