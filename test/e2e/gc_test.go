@@ -23,7 +23,7 @@ func TestGCRemovesOrphans(t *testing.T) {
 	d, id, agent := orphanable(t)
 	// The operator deletes the data dir, its disk pool detached first (a
 	// mounted directory cannot go); the sandboxes keep their files open.
-	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
+	pool := poolDir(d.dataDir)
 	if err := syscall.Unmount(pool, syscall.MNT_DETACH); err != nil {
 		t.Fatalf("detaching %s: %v", pool, err)
 	}
@@ -107,7 +107,7 @@ func TestGCRemovesOrphans(t *testing.T) {
 func TestGCDetachesGonePool(t *testing.T) {
 	live := sharedDaemon(t)
 	d, _, agent := orphanable(t)
-	pool := filepath.Join(d.dataDir, "backends", "native", "disk")
+	pool := poolDir(d.dataDir)
 	t.Cleanup(func() { // whatever the outcome, nothing of it stays mounted
 		if isMounted(t, pool) {
 			syscall.Unmount(pool, syscall.MNT_DETACH)
@@ -118,7 +118,7 @@ func TestGCDetachesGonePool(t *testing.T) {
 	if !isMounted(t, pool) {
 		t.Fatalf("%s is not mounted after the data dir's removal: nothing to test", pool)
 	}
-	livePool := filepath.Join(live.dataDir, "backends", "native", "disk")
+	livePool := poolDir(live.dataDir)
 	if !isMounted(t, livePool) {
 		t.Fatalf("the live daemon's pool %s is not mounted", livePool)
 	}

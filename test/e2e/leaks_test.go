@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sbx.dev/sbx/internal/isolation/cgroup"
 )
 
 var idShape = regexp.MustCompile(`^[a-z2-7]{26}$`)
@@ -54,7 +56,7 @@ func leaks(dataDir, instance string) []string {
 				// A running daemon keeps spare groups, reset, for its next
 				// creates; a process in one shows below, and after a clean
 				// stop none may be left (spareGroups).
-				if e.IsDir() && !strings.HasPrefix(e.Name(), "spare-") {
+				if e.IsDir() && !cgroup.IsSpare(e.Name()) {
 					out = append(out, "cgroup "+filepath.Join(h, e.Name()))
 				}
 			}
@@ -107,8 +109,8 @@ func spareGroups(instance string) []string {
 	if instance == "" {
 		return nil
 	}
-	found, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + instance + "/spare-*")
-	more, _ := filepath.Glob("/sys/fs/cgroup/sbx/" + instance + "/spare-*")
+	found, _ := filepath.Glob("/sys/fs/cgroup/*/sbx/" + instance + "/" + cgroup.SparePrefix + "*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/sbx/" + instance + "/" + cgroup.SparePrefix + "*")
 	return append(found, more...)
 }
 

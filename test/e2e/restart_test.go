@@ -135,7 +135,7 @@ var recoveredIn = regexp.MustCompile(`recovered sandboxes from the store.*durati
 // dirOwner is the host uid owning sandbox id's directory: its root's.
 func dirOwner(t *testing.T, dataDir, id string) uint32 {
 	t.Helper()
-	for _, p := range []string{filepath.Join(dataDir, "backends", "native", "disk", id), filepath.Join(dataDir, "backends", "native", id)} {
+	for _, p := range []string{filepath.Join(poolDir(dataDir), id), filepath.Join(dataDir, "backends", "native", id)} {
 		if fi, err := os.Stat(p); err == nil {
 			return fi.Sys().(*syscall.Stat_t).Uid
 		}

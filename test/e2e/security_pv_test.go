@@ -952,7 +952,7 @@ func rs04Subvolumes(r *run, id string) {
 			r.breach("RS-04: a btrfs %s in the workspace was not refused with EPERM: %q", what, out)
 		}
 	}
-	dir := filepath.Join(r.d.dataDir, "backends", "native", "disk", id)
+	dir := filepath.Join(poolDir(r.d.dataDir), id)
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() || path == dir {
 			return err
