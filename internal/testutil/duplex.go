@@ -54,7 +54,14 @@ func CheckFullDuplex(t *testing.T, c *http.Client, req *http.Request) {
 	req = req.WithContext(ctx)
 	req.Body = pr
 	req.ContentLength = int64(len(first) + len(second))
-	go pw.Write([]byte(first))
+	// The upstream answers before it reads anything: the answer's first
+	// line may come back before this goroutine ran, and the second part
+	// must still go after the first.
+	firstSent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(pw, first)
+		firstSent <- err
+	}()
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s with its body still coming: %v (no answer while the client held back the rest of its body: the proxy is not full duplex)", req.Method, req.URL, err)
@@ -63,6 +70,9 @@ func CheckFullDuplex(t *testing.T, c *http.Client, req *http.Request) {
 	line := make([]byte, len("early\n"))
 	if _, err := io.ReadFull(resp.Body, line); err != nil || string(line) != "early\n" {
 		t.Fatalf("%s %s: answer %d began %q, %v; want the upstream's early line", req.Method, req.URL, resp.StatusCode, line, err)
+	}
+	if err := <-firstSent; err != nil {
+		t.Fatalf("sending the body's first part: %v", err)
 	}
 	if _, err := io.WriteString(pw, second); err != nil {
 		t.Fatalf("sending the body's second part after the answer began: %v", err)
