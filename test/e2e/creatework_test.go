@@ -36,6 +36,9 @@ type createWork struct {
 	// daemon): each wakes the daemon to read it. Budgeted for an exec only
 	// (TestExecWork): a create's include the watch's health checks.
 	Replies int
+	// Subvolumes is btrfs subvolumes made and deleted (the quota pool's
+	// ioctls): each a transaction, and the cleaner's drop of a deleted one.
+	Subvolumes int
 }
 
 // createBudget is the most each count may be per cycle on a merged-/usr host
@@ -43,7 +46,7 @@ type createWork struct {
 // directory instead of a link into /usr (TopLinks) adds one overlay: one mount
 // and its dirs. Lower a figure when a change removes work; a change that adds
 // work fails here first.
-var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 21, Unshares: 1, NoNewPrivs: 2, KernelLog: 0}
+var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 21, Unshares: 1, NoNewPrivs: 2, KernelLog: 0, Subvolumes: 0}
 
 // TestCreateWork is the regression guard of the create path's cost: it counts
 // work, not time, so it cannot flake on a noisy machine.
@@ -61,7 +64,8 @@ func TestCreateWork(t *testing.T) {
 	}
 	// The first builds the shared layers; its memory group, charged with
 	// the page cache of the agent's binary, is removed, not kept as a
-	// spare. The second leaves spares for the cycles counted.
+	// spare. The second leaves spares (groups, its emptied directory's
+	// subvolume) for the cycles counted.
 	cycle()
 	cycle()
 	kmsg, err := openKernelLog()
@@ -94,7 +98,7 @@ func traceWork(t *testing.T, pids []int, n int, work func()) createWork {
 		t.Fatalf("strace is needed (make test installs it): %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "strace")
-	args := []string{"-f", "-qq", "-yy", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare,prctl,write,writev,sendmsg"}
+	args := []string{"-f", "-qq", "-yy", "-o", out, "-e", "trace=execve,clone,clone3,fork,vfork,mount,open_tree,move_mount,mount_setattr,mkdir,mkdirat,unshare,prctl,write,writev,sendmsg,ioctl"}
 	for _, pid := range pids {
 		args = append(args, "-p", fmt.Sprint(pid))
 	}
@@ -124,6 +128,7 @@ func (w createWork) per(n int) createWork {
 		GoStarts: ceilDiv(w.GoStarts, n), Processes: ceilDiv(w.Processes, n), Execs: ceilDiv(w.Execs, n),
 		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n),
 		NoNewPrivs: ceilDiv(w.NoNewPrivs, n), KernelLog: ceilDiv(w.KernelLog, n), Replies: ceilDiv(w.Replies, n),
+		Subvolumes: ceilDiv(w.Subvolumes, n),
 	}
 }
 
@@ -143,6 +148,7 @@ func checkWork(t *testing.T, per, budget createWork, unit, path string) {
 		{"unshares", per.Unshares, budget.Unshares},
 		{"no_new_privs settings (one per thread stopped)", per.NoNewPrivs, budget.NoNewPrivs},
 		{"overlayfs lines in the kernel log", per.KernelLog, budget.KernelLog},
+		{"btrfs subvolumes made or deleted", per.Subvolumes, budget.Subvolumes},
 	} {
 		if c.got > c.limit {
 			t.Errorf("%s per %s = %d, budget %d: a change added work to the %s path (or lower costs elsewhere allow raising the budget, with a measurement)", c.name, unit, c.got, c.limit, path)
@@ -265,6 +271,10 @@ func countWork(trace string) createWork {
 			if unixFD.MatchString(args) {
 				w.Replies++
 			}
+		case "ioctl":
+			if strings.Contains(args, "BTRFS_IOC_SUBVOL_CREATE") || strings.Contains(args, "BTRFS_IOC_SNAP_DESTROY") {
+				w.Subvolumes++
+			}
 		}
 	}
 	return w
@@ -285,9 +295,12 @@ func TestCountWork(t *testing.T) {
 102 write(4<UNIX-STREAM:[81424->81425]>, "HTTP/1.1 200 OK\r\n"..., 194) = 194
 102 write(20</proc/9/oom_score_adj>, "500", 3) = 3
 102 write(7<pipe:[81430]>, "x", 1) = 1
+100 ioctl(5</data/backends/native/disk>, BTRFS_IOC_SUBVOL_CREATE, {fd=0</dev/null<char 1:3>>, name="x"}) = 0
+100 ioctl(5</data/backends/native/disk>, BTRFS_IOC_QGROUP_LIMIT, 0x1) = 0
+100 ioctl(5</data/backends/native/disk>, BTRFS_IOC_SNAP_DESTROY, {fd=0</dev/null<char 1:3>>, name="x"}) = 0
 102 +++ exited with 0 +++`
 	got := countWork(trace)
-	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1, Replies: 1}
+	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1, Replies: 1, Subvolumes: 2}
 	if got != want {
 		t.Errorf("countWork = %+v, want %+v", got, want)
 	}

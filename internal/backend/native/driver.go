@@ -39,6 +39,10 @@ const Name = "native"
 // and destroys with the warm pool refilling.
 const spareGroups = 16
 
+// spareDirs is how many emptied directories (subvolumes) of destroyed
+// sandboxes the driver keeps for the next creates (quota.Pool.KeepSpares).
+const spareDirs = 16
+
 var _ backend.Driver = (*Driver)(nil)
 var _ backend.Statser = (*Driver)(nil)
 var _ backend.Lister = (*Driver)(nil)
@@ -169,6 +173,12 @@ func open(_ context.Context, opts backend.Options) (_ *Driver, retErr error) {
 	if d.pool, err = quota.Open(opts.DataDir, poolBytes(opts.DataDir)); err != nil {
 		return nil, fmt.Errorf("opening native driver: %w", err)
 	}
+	// As the groups: what a daemon of this data dir kept when it stopped
+	// short goes; failing that is logged.
+	if err := d.pool.RemoveSpares(); err != nil {
+		d.log.Warn("removing the spare directories of an earlier run", logkey.Err, err)
+	}
+	d.pool.KeepSpares(spareDirs)
 	d.pool.OnTrim = func(n uint64, err error) {
 		if err != nil {
 			d.log.Warn("giving the disk pool's free space back", logkey.Err, err)

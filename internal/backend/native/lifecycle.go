@@ -144,10 +144,8 @@ func (d *Driver) teardown(ctx context.Context, b *box) error {
 		}
 	}
 	if filepath.Dir(b.dir) == d.pool.Dir() {
-		if err := d.pool.Remove(filepath.Base(b.dir)); err != nil {
+		if err := d.pool.Release(filepath.Base(b.dir)); err != nil {
 			errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
-		} else {
-			d.pool.Released()
 		}
 	} else if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing sandbox directory: %w", err))
@@ -279,6 +277,7 @@ func (d *Driver) ListHeld(ctx context.Context) ([]sandbox.ID, error) {
 func (d *Driver) Close(ctx context.Context) error {
 	d.spawner.close()
 	d.pool.StopTrimming()
+	d.pool.DropSpares()
 	if d.pool.Empty() {
 		if err := d.pool.Close(); err != nil {
 			d.log.Warn("unmounting the disk quota pool", "err", err)

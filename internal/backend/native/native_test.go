@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/backend/native/forker"
 	"sbx.dev/sbx/internal/isolation/nsinit"
+	"sbx.dev/sbx/internal/isolation/quota"
 	"sbx.dev/sbx/internal/sandbox"
 	"sbx.dev/sbx/internal/testutil"
 )
@@ -378,6 +380,55 @@ func TestCancelMidStart(t *testing.T) {
 		if err == nil {
 			d.Destroy(t.Context(), id) // finished before the cancel: fine
 		}
+	}
+}
+
+// TestSpareDirs: a destroyed sandbox's directory is emptied and kept as a
+// spare subvolume, the next start takes it, and a driver opened on the data
+// dir again (a restarted daemon) removes what an earlier one kept.
+func TestSpareDirs(t *testing.T) {
+	d, _ := openTest(t, "/bin/sleep", "1000")
+	pooled := func() []string {
+		ents, err := os.ReadDir(d.pool.Dir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	a := sandbox.NewID()
+	if _, err := d.Start(t.Context(), spec(a)); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	if err := d.Destroy(t.Context(), a); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if got := pooled(); !slices.Equal(got, []string{quota.SparePrefix + "0"}) {
+		t.Fatalf("after a destroy the pool holds %v, want one spare", got)
+	}
+	b := sandbox.NewID()
+	if _, err := d.Start(t.Context(), spec(b)); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	if got := pooled(); !slices.Equal(got, []string{string(b)}) {
+		t.Errorf("after a start the pool holds %v, want only %s: the spare not taken", got, b)
+	}
+	if err := d.Destroy(t.Context(), b); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if got := pooled(); len(got) != 1 || !quota.IsSpare(got[0]) {
+		t.Fatalf("after the second destroy the pool holds %v, want one spare (the control)", got)
+	}
+	d2, err := open(t.Context(), d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.layout.DropSpares) // d2 is not closed
+	if got := pooled(); len(got) != 0 {
+		t.Errorf("a driver opened again left %v", got)
 	}
 }
 

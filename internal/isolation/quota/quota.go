@@ -10,7 +10,9 @@
 // workspace) is a subvolume of its own whose quota group is limited to the
 // sandbox's disk_mb: data and metadata both count, so a million empty files
 // hit it as surely as one large file. Writing past it fails with EDQUOT inside
-// the sandbox; deleting files gives the space back.
+// the sandbox; deleting files gives the space back. A released directory that
+// wrote little is emptied and kept for the next sandbox (spare.go), which
+// spares btrfs a subvolume's creation and deletion.
 //
 // Why this and not another: a size-limited tmpfs counts against memory; an
 // image per sandbox needs a mkfs and a loop device per create; ext4 and XFS
@@ -110,12 +112,14 @@ type Pool struct {
 	// DefaultTrimAfter); set it before the first Released.
 	TrimAfter time.Duration
 
-	mu       sync.Mutex
-	pending  bool // guarded by mu: a release since the trimmer's sleep began
-	trimming bool // guarded by mu: the trimmer runs
-	stopped  bool // guarded by mu
-	stop     chan struct{}
-	trimmer  sync.WaitGroup
+	mu        sync.Mutex
+	spares    []string // guarded by mu: emptied subvolumes kept (spare.go)
+	maxSpares int      // guarded by mu
+	pending   bool     // guarded by mu: a release since the trimmer's sleep began
+	trimming  bool     // guarded by mu: the trimmer runs
+	stopped   bool     // guarded by mu
+	stop      chan struct{}
+	trimmer   sync.WaitGroup
 }
 
 type fstrimRange struct {
@@ -333,10 +337,21 @@ func sysfsDir(fd int) (string, error) {
 }
 
 // Create makes name, a directory of the pool, as a subvolume whose quota
-// group is limited to maxBytes (0: no limit), and returns its path.
+// group is limited to maxBytes (0: no limit), and returns its path: a spare
+// renamed (Release keeps them), owned by root, mode 0700 and empty, when
+// there is one, else a new subvolume.
 func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
-	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
+	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 || IsSpare(name) {
 		return "", fmt.Errorf("disk quota: bad subvolume name %q", name)
+	}
+	if path, err := p.takeSpare(name); err != nil {
+		return "", err
+	} else if path != "" {
+		if err := p.Limit(path, maxBytes); err != nil {
+			p.Remove(name)
+			return "", err
+		}
+		return path, nil
 	}
 	parent, err := unix.Open(p.mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -466,7 +481,8 @@ func (p *Pool) Limit(path string, maxBytes uint64) error {
 	return nil
 }
 
-// Empty reports whether the pool holds no sandbox directory.
+// Empty reports whether the pool holds nothing: no sandbox directory and
+// no spare (DropSpares).
 func (p *Pool) Empty() bool {
 	ents, err := os.ReadDir(p.mnt)
 	return err == nil && len(ents) == 0
