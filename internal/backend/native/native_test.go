@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"sbx.dev/sbx/api/agent/boot"
 	"sbx.dev/sbx/internal/backend"
 	"sbx.dev/sbx/internal/backend/native/forker"
@@ -380,6 +382,101 @@ func TestCancelMidStart(t *testing.T) {
 		if err == nil {
 			d.Destroy(t.Context(), id) // finished before the cancel: fine
 		}
+	}
+}
+
+// netOwner returns the inodes of the user namespace that owns pid's
+// network namespace and of pid's own user namespace.
+func netOwner(t *testing.T, pid int) (owner, own uint64) {
+	t.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		t.Fatalf("NS_GET_USERNS: %v", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	var us unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &us); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino, us.Ino
+}
+
+// TestPooledNet: a sandbox of the default capability profile starts in a
+// network namespace the spawner made ahead, owned by the spawner's user
+// namespace, not the sandbox's: its loopback is up and its root binds port
+// 80 all the same. A profile keeping NET_RAW gets a namespace of its own
+// user namespace (the control).
+func TestPooledNet(t *testing.T) {
+	const script = `exec > /workspace/out 2>&1
+python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 80)); print('bind80=ok')" || echo bind80=fail
+python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); socket.create_connection(s.getsockname()); print('lo=up')" || echo lo=down
+echo done=1
+sleep 30`
+	d, _ := openTest(t, "/bin/sh", "-c", script)
+	run := func(sp sandbox.Spec) (pooled bool, out map[string]string) {
+		t.Helper()
+		if _, err := d.Start(t.Context(), sp); err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		defer func() {
+			if err := d.Destroy(context.Background(), sp.ID); err != nil {
+				t.Errorf("Destroy = %v", err)
+			}
+		}()
+		b, _ := d.boxes.Get(sp.ID)
+		owner, own := netOwner(t, b.proc.Pid)
+		var host unix.Stat_t
+		if err := unix.Stat("/proc/self/ns/user", &host); err != nil {
+			t.Fatal(err)
+		}
+		switch owner {
+		case host.Ino:
+			pooled = true
+		case own:
+		default:
+			t.Fatalf("the sandbox's network namespace belongs to user namespace %d: neither the host's (%d) nor its own (%d)", owner, host.Ino, own)
+		}
+		out = map[string]string{}
+		for deadline := time.Now().Add(20 * time.Second); out["done"] == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			b, _ := os.ReadFile(filepath.Join(d.dir(sp.ID), "workspace/out"))
+			for _, l := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(l, "="); ok {
+					out[k] = v
+				}
+			}
+		}
+		return pooled, out
+	}
+	// The pool fills as the spawner starts; a start that finds it empty
+	// makes its namespace at the clone, as before.
+	var out map[string]string
+	pooled := false
+	for i := 0; i < 10 && !pooled; i++ {
+		pooled, out = run(spec(sandbox.NewID()))
+	}
+	if !pooled {
+		t.Fatal("10 starts, none in a network namespace made ahead")
+	}
+	for k, v := range map[string]string{"bind80": "ok", "lo": "up"} {
+		if out[k] != v {
+			t.Errorf("in a pooled namespace %s = %q, want %q (all: %v)", k, out[k], v, out)
+		}
+	}
+	sp := spec(sandbox.NewID())
+	sp.CapProfile = "docker"
+	if pooled, out := run(sp); pooled {
+		t.Errorf("a sandbox keeping NET_RAW started in a namespace it has no capability over")
+	} else if out["bind80"] != "ok" || out["lo"] != "up" {
+		t.Errorf("in a namespace of its own: %v, want bind80=ok lo=up", out)
 	}
 }
 

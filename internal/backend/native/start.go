@@ -54,6 +54,16 @@ const (
 // cleanupTimeout bounds the teardown of one sandbox.
 const cleanupTimeout = 30 * time.Second
 
+// pooledNet says whether the sandbox may start in a network namespace the
+// spawner made ahead (forker.Request.PooledNet), which its root has no
+// capability over: not when its capability profile keeps NET_RAW or
+// NET_ADMIN, which act only in a namespace of its own user namespace (raw
+// sockets for ping, say). An unknown profile is the plan's error.
+func pooledNet(spec sandbox.Spec) bool {
+	caps := nsinit.CapProfiles[cmp.Or(spec.CapProfile, "default")]
+	return caps != nil && !slices.Contains(caps, "NET_RAW") && !slices.Contains(caps, "NET_ADMIN")
+}
+
 // cloneFlags are the namespaces of the init stage. It is born in its cgroups
 // (the spawner forks it from a thread in them), so its new cgroup namespace is
 // rooted at them; on a pure v2 host it is born in the sandbox's group, above
@@ -528,6 +538,7 @@ func (d *Driver) spawn(ctx context.Context, b *box, spec sandbox.Spec) error {
 		Args:       []string{"sbx", boot.InitArg, string(b.id)}, // the id only names the process
 		Env:        agentEnv,
 		Cloneflags: cloneFlags,
+		PooledNet:  pooledNet(spec),
 		UID:        int(b.uid),
 		Size:       UIDSlot,
 		V1:         b.group.V1Dirs(),

@@ -106,7 +106,7 @@ func run() (agentConfig []byte, err error) {
 	}
 	layers["mntns"] = "applied"
 	Mark("mounts")
-	if err := loopbackUp(); err != nil {
+	if err := LoopbackUp(); err != nil {
 		return nil, step("loopback", err)
 	}
 	if err := setRlimits(p.NoFile, p.NProc); err != nil {
@@ -220,11 +220,13 @@ func closeFDs(keep []int) error {
 	return nil
 }
 
-// loopbackUp brings lo up: the new network namespace has it down and nothing else.
-func loopbackUp() error {
+// LoopbackUp brings lo up in the calling thread's network namespace, unless
+// it is up already: a namespace made at the init's clone has it down, one
+// the spawner made ahead (which the init has no capability over) has it up.
+func LoopbackUp() error {
 	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return os.NewSyscallError("socket", err)
 	}
 	defer unix.Close(s)
 	ifr, err := unix.NewIfreq("lo")
@@ -232,10 +234,16 @@ func loopbackUp() error {
 		return err
 	}
 	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
+		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
+	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		return nil
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
+	}
+	return nil
 }
 
 // setRlimits sets RLIMIT_NOFILE to min(nofile, current hard) — a hard limit

@@ -56,6 +56,10 @@ type Request struct {
 	// Extra is the number of ExtraFiles; Nil, those of them that are nil.
 	Extra int   `json:"extra"`
 	Nil   []int `json:"nil,omitempty"`
+	// PooledNet lets a CLONE_NEWNET request take a network namespace the
+	// spawner made ahead (netpool.go), owned by the spawner's user
+	// namespace, in place of the one the clone would make.
+	PooledNet bool `json:"pooled_net,omitempty"`
 }
 
 // Message is what the spawner says: the answer to a request (Pid and a
@@ -176,6 +180,7 @@ func Main() {
 		fmt.Fprintln(os.Stderr, "sbx spawner:", err)
 		os.Exit(1)
 	}
+	nets := newNetPool(NetPoolSize)
 	var send sync.Mutex
 	// sayLocked sends m; the caller holds send.
 	sayLocked := func(m Message, fds ...int) {
@@ -206,12 +211,13 @@ func Main() {
 			say(Message{Err: "spawner: " + err.Error()})
 			continue
 		}
-		pid, pidfd, err := start(r, fds) // it closes fds
+		pid, pidfd, err := start(r, fds, nets) // it closes fds
 		if err != nil {
 			say(Message{Err: err.Error()})
 			continue
 		}
 		say(Message{Pid: pid}, pidfd)
+		nets.refillSoon()
 		go func() {
 			// Wait for the exit without reaping, then reap and say so under
 			// the send lock: the pid is free only from the reap, and no answer
@@ -288,8 +294,9 @@ func reap(pid int) sandbox.Exit {
 
 // start starts r with fds (see Request), which it closes, as
 // the init stage's fork did in the daemon: born in its v1 groups (and v2
-// group), in its working directory. It returns the child's pid and a pidfd.
-func start(r Request, fds []int) (int, int, error) {
+// group), in its working directory, and in a network namespace of nets when
+// r allows and one is ready. It returns the child's pid and a pidfd.
+func start(r Request, fds []int, nets *netPool) (int, int, error) {
 	defer CloseFDs(fds)
 	want := 2 + r.Extra - len(r.Nil)
 	if r.V2 {
@@ -324,6 +331,9 @@ func start(r Request, fds []int) (int, int, error) {
 		// it is root of its new user namespace before and after.
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return fmt.Errorf("setting no_new_privs: %w", err)
+		}
+		if r.PooledNet && r.Cloneflags&unix.CLONE_NEWNET != 0 && nets.joinPooled() {
+			r.Cloneflags &^= unix.CLONE_NEWNET // born in the namespace this thread joined
 		}
 		var err error
 		pid, pidfd, err = fork(r, stderr, extra, v2)
