@@ -51,6 +51,7 @@ type warmPool struct {
 	watch   func(*warm)                  // starts the watcher of its agent
 
 	kick     chan struct{} // nudges the refill loop; buffered 1
+	hurry    chan struct{} // cuts a refill's quiet wait short: a create waits for it; buffered 1
 	stopping chan struct{} // closed by stop
 	loop     sync.WaitGroup
 	// callers counts the creates and execs in flight, and lastCall is when
@@ -63,6 +64,16 @@ type warmPool struct {
 	ready   []*warm
 	filling int // warm starts in flight
 	closed  bool
+	// waiting counts the creates waiting for a warm start in flight
+	// (await); changed is closed and replaced whenever ready or filling
+	// changes, waking them.
+	waiting int
+	changed chan struct{}
+	// shape is the last warm sandbox made: what those in flight will be
+	// like (the policy's defaults on the first driver), for await's fit.
+	shape *warm
+	// awaitMax is awaitMaxDefault; a test's hang guard may be longer.
+	awaitMax time.Duration
 }
 
 // errNothingWarm says no warm sandbox can be started now: no sandboxing
@@ -72,7 +83,15 @@ var errNothingWarm = errors.New("nothing to keep warm")
 func newWarmPool(size, cores int, slots chan struct{}, newWarm func(context.Context) (*warm, error),
 	discard func(context.Context, *warm), watch func(*warm)) *warmPool {
 	return &warmPool{size: size, cores: max(1, cores), slots: slots, newWarm: newWarm, discard: discard, watch: watch,
-		kick: make(chan struct{}, 1), stopping: make(chan struct{})}
+		kick: make(chan struct{}, 1), hurry: make(chan struct{}, 1), stopping: make(chan struct{}), changed: make(chan struct{}),
+		awaitMax: awaitMaxDefault}
+}
+
+// changedLocked wakes the creates waiting for a warm start (await). The
+// caller holds mu.
+func (p *warmPool) changedLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // take removes a warm sandbox on driver driverName that can serve spec from the
@@ -81,19 +100,77 @@ func newWarmPool(size, cores int, slots chan struct{}, newWarm func(context.Cont
 // 0.2-0.3 ms less than the oldest's.
 func (p *warmPool) take(driverName string, spec sandbox.Spec) *warm {
 	p.mu.Lock()
-	var w *warm
-	for i, c := range slices.Backward(p.ready) {
-		if c.driver.Name == driverName && poolFits(c, spec) {
-			w = c
-			p.ready = slices.Delete(p.ready, i, i+1)
-			break
-		}
-	}
+	w := p.takeLocked(driverName, spec)
 	p.mu.Unlock()
 	if w != nil {
 		p.wake()
 	}
 	return w
+}
+
+func (p *warmPool) takeLocked(driverName string, spec sandbox.Spec) *warm {
+	for i, c := range slices.Backward(p.ready) {
+		if c.driver.Name == driverName && poolFits(c, spec) {
+			p.ready = slices.Delete(p.ready, i, i+1)
+			return c
+		}
+	}
+	return nil
+}
+
+// awaitMaxDefault bounds a create's wait for a warm start in flight
+// (await): one takes ~4-10 ms here; one that takes longer has gone wrong,
+// and the create starts its own.
+const awaitMaxDefault = 100 * time.Millisecond
+
+// await is take, but when nothing fits and a warm start is in flight that
+// no other create waits for, and would fit, it waits for that start (at most
+// awaitMax, or until ctx ends) instead of returning nil at once: a create
+// back to back with others that drained the pool then gets the start that
+// is already partly done, not a cold start of its own sharing the CPUs
+// with it. It returns nil when there is nothing to wait for or the wait
+// ends without a fit (after awaitMax).
+func (p *warmPool) await(ctx context.Context, driverName string, spec sandbox.Spec) *warm {
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		if w := p.takeLocked(driverName, spec); w != nil {
+			p.mu.Unlock()
+			p.wake()
+			return w
+		}
+		fits := p.shape != nil && p.shape.driver.Name == driverName && poolFits(p.shape, spec)
+		if p.closed || !fits || p.filling <= p.waiting {
+			p.mu.Unlock()
+			return nil
+		}
+		p.waiting++
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case p.hurry <- struct{}{}:
+		default:
+		}
+		if deadline == nil {
+			t := time.NewTimer(p.awaitMax)
+			defer t.Stop()
+			deadline = t.C
+		}
+		var done bool
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			done = true
+		case <-deadline:
+			done = true
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if done {
+			return p.take(driverName, spec)
+		}
+	}
 }
 
 // remove takes warm sandbox id out of the pool and returns it, or nil when it
@@ -156,6 +233,7 @@ func (p *warmPool) stop() {
 	if !p.closed {
 		p.closed = true
 		close(p.stopping)
+		p.changedLocked() // a create waiting for a warm start goes on without
 	}
 }
 
@@ -193,10 +271,22 @@ func (p *warmPool) calling() (done func()) {
 	}
 }
 
-// quiet waits for quietGap without a caller, at most quietMax, or stop.
+// awaited reports whether a create waits for a warm start in flight.
+func (p *warmPool) awaited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting > 0
+}
+
+// quiet waits for quietGap without a caller, at most quietMax, or stop; not
+// at all while a create waits for a warm start (await): its first exec
+// comes after the start, not beside it.
 func (p *warmPool) quiet() {
 	deadline := time.Now().Add(quietMax)
 	for {
+		if p.awaited() {
+			return
+		}
 		now := time.Now()
 		wait := quietGap
 		if p.callers.Load() == 0 {
@@ -208,6 +298,7 @@ func (p *warmPool) quiet() {
 		select {
 		case <-p.stopping:
 			return
+		case <-p.hurry:
 		case <-time.After(min(wait, deadline.Sub(now))):
 		}
 	}
@@ -228,6 +319,7 @@ func (p *warmPool) refillOne(ctx context.Context) bool {
 	defer func() {
 		p.mu.Lock()
 		p.filling--
+		p.changedLocked()
 		p.mu.Unlock()
 	}()
 	// Creates that callers wait for go first: the pool takes a slot only when
@@ -267,6 +359,8 @@ func (p *warmPool) refillOne(ctx context.Context) bool {
 		return false
 	}
 	p.ready = append(p.ready, w)
+	p.shape = w
+	p.changedLocked()
 	p.mu.Unlock()
 	return true
 }
@@ -307,7 +401,7 @@ func poolFits(w *warm, spec sandbox.Spec) bool {
 // takeWarm hands out a warm sandbox for spec to ctx's key, whose place res
 // holds (the hand-out passes the same limits as a cold create), or returns false.
 func (m *Manager) takeWarm(ctx context.Context, nd NamedDriver, spec sandbox.Spec, res *reservation) (sandbox.Sandbox, bool) {
-	w := m.pool.take(nd.Name, spec)
+	w := m.pool.await(ctx, nd.Name, spec)
 	if w == nil {
 		return sandbox.Sandbox{}, false
 	}
@@ -417,7 +511,9 @@ func (m *Manager) startWarm(ctx context.Context, nd NamedDriver, spec sandbox.Sp
 	// that takes the sandbox pays for none of it.
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	err = client.WaitReady(rctx)
-	if err == nil {
+	if err == nil && !m.pool.awaited() {
+		// Not for a create waiting for this start (await): its own first
+		// exec does that work, and the warm-up would only come first.
 		err = client.Warm(rctx)
 	}
 	cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -206,5 +207,87 @@ func TestTakeNewestFirst(t *testing.T) {
 	}
 	if len(p.ready) != 1 || p.ready[0].id != "w3" {
 		t.Errorf("left ready: %v, want w3", p.ready)
+	}
+}
+
+// A create that finds the pool empty while a warm start is in flight waits
+// for that start and gets it, rather than starting its own; the start sees
+// it waiting (startWarm then skips the warm-up). One that would not fit, or
+// with nothing in flight, does not wait.
+func TestAwaitInFlight(t *testing.T) {
+	spec := sandbox.Spec{Template: "default", MemoryBytes: sandbox.MiB}
+	release := make(chan struct{})
+	sawWaiter := make(chan bool, 4)
+	var p *warmPool
+	n := 0
+	newWarm := func(ctx context.Context) (*warm, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		sawWaiter <- p.awaited()
+		n++
+		return &warm{id: sandbox.ID("w" + strconv.Itoa(n)), driver: NamedDriver{Name: "native"}, spec: spec}, nil
+	}
+	p = newWarmPool(1, 1, make(chan struct{}, 4), newWarm, func(context.Context, *warm) {}, func(*warm) {})
+	p.awaitMax = time.Minute // a hang guard: the wait ends with the start released below
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p.start(ctx)
+	defer p.close(context.Background())
+
+	release <- struct{}{}
+	if <-sawWaiter {
+		t.Error("the first start saw a create waiting: there was none")
+	}
+	until(t, "the first start ready", func() bool { return counts(p).ready > 0 })
+	if w := p.take("native", spec); w == nil || w.id != "w1" {
+		t.Fatalf("take = %v, want w1", w)
+	}
+	// The pool refills: a start in flight, held until released.
+	until(t, "a refill in flight", func() bool { return counts(p).filling > 0 })
+	other := spec
+	other.Template = "other"
+	if w := p.await(t.Context(), "native", other); w != nil {
+		t.Errorf("await of a spec the start would not fit = %v, want none at once", w.id)
+	}
+	got := make(chan *warm, 1)
+	go func() { got <- p.await(t.Context(), "native", spec) }()
+	until(t, "the create waiting", p.awaited)
+	release <- struct{}{}
+	if !<-sawWaiter {
+		t.Error("the refill did not see the create waiting for it")
+	}
+	if w := <-got; w == nil || w.id != "w2" {
+		t.Fatalf("await = %v, want w2, the start it waited for", w)
+	}
+	// Nothing in flight once the refill after w2 is released and taken:
+	// await returns at once.
+	release <- struct{}{}
+	<-sawWaiter
+	until(t, "the third start ready", func() bool { return counts(p).ready > 0 })
+	p.take("native", spec)
+	p.stop() // no refill from here
+	if w := p.await(t.Context(), "native", spec); w != nil {
+		t.Errorf("await with nothing in flight = %v, want none", w.id)
+	}
+}
+
+// counts reads the pool's ready and in-flight counts.
+func counts(p *warmPool) (c struct{ ready, filling int }) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c.ready, c.filling = len(p.ready), p.filling
+	return c
+}
+
+// until polls cond; the deadline is a hang guard, not a timing assertion.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s", what)
+		}
 	}
 }
