@@ -24,7 +24,10 @@ type createWork struct {
 	Execs     int // every execve
 	Mounts    int // mount(2), open_tree, move_mount, mount_setattr
 	Mkdirs    int // mkdir, mkdirat
-	Unshares  int
+	Unshares  int // but unshare(CLONE_NEWNET), a network namespace
+	// NetNamespaces is network namespaces made: clones with CLONE_NEWNET
+	// and the spawner's unshare(CLONE_NEWNET) making one ahead.
+	NetNamespaces int
 	// NoNewPrivs is prctl(PR_SET_NO_NEW_PRIVS) calls: the init setting it
 	// process-wide stops every thread, one call each; born with it from
 	// the spawner, it sets none.
@@ -46,7 +49,7 @@ type createWork struct {
 // directory instead of a link into /usr (TopLinks) adds one overlay: one mount
 // and its dirs. Lower a figure when a change removes work; a change that adds
 // work fails here first.
-var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 21, Unshares: 1, NoNewPrivs: 2, KernelLog: 0, Subvolumes: 0}
+var createBudget = createWork{GoStarts: 1, Processes: 2, Execs: 2, Mounts: 47, Mkdirs: 21, Unshares: 1, NetNamespaces: 1, NoNewPrivs: 2, KernelLog: 0, Subvolumes: 0}
 
 // TestCreateWork is the regression guard of the create path's cost: it counts
 // work, not time, so it cannot flake on a noisy machine.
@@ -126,7 +129,7 @@ func traceWork(t *testing.T, pids []int, n int, work func()) createWork {
 func (w createWork) per(n int) createWork {
 	return createWork{
 		GoStarts: ceilDiv(w.GoStarts, n), Processes: ceilDiv(w.Processes, n), Execs: ceilDiv(w.Execs, n),
-		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n),
+		Mounts: ceilDiv(w.Mounts, n), Mkdirs: ceilDiv(w.Mkdirs, n), Unshares: ceilDiv(w.Unshares, n), NetNamespaces: ceilDiv(w.NetNamespaces, n),
 		NoNewPrivs: ceilDiv(w.NoNewPrivs, n), KernelLog: ceilDiv(w.KernelLog, n), Replies: ceilDiv(w.Replies, n),
 		Subvolumes: ceilDiv(w.Subvolumes, n),
 	}
@@ -146,6 +149,7 @@ func checkWork(t *testing.T, per, budget createWork, unit, path string) {
 		{"mounts", per.Mounts, budget.Mounts},
 		{"mkdirs", per.Mkdirs, budget.Mkdirs},
 		{"unshares", per.Unshares, budget.Unshares},
+		{"network namespaces", per.NetNamespaces, budget.NetNamespaces},
 		{"no_new_privs settings (one per thread stopped)", per.NoNewPrivs, budget.NoNewPrivs},
 		{"overlayfs lines in the kernel log", per.KernelLog, budget.KernelLog},
 		{"btrfs subvolumes made or deleted", per.Subvolumes, budget.Subvolumes},
@@ -257,12 +261,23 @@ func countWork(trace string) createWork {
 			if !strings.Contains(args, "CLONE_THREAD") {
 				w.Processes++
 			}
+			if strings.Contains(args, "CLONE_NEWNET") {
+				w.NetNamespaces++
+			}
 		case "mount", "open_tree", "move_mount", "mount_setattr":
 			w.Mounts++
 		case "mkdir", "mkdirat":
 			w.Mkdirs++
 		case "unshare":
-			w.Unshares++
+			// "CLONE_NEWNET) = 0", or "CLONE_NEWNET <unfinished ...>" when
+			// another thread's call came between.
+			flags, _, _ := strings.Cut(args, ")")
+			flags, _, _ = strings.Cut(flags, " <")
+			if flags == "CLONE_NEWNET" {
+				w.NetNamespaces++
+			} else {
+				w.Unshares++
+			}
 		case "prctl":
 			if strings.HasPrefix(args, "PR_SET_NO_NEW_PRIVS") {
 				w.NoNewPrivs++
@@ -282,7 +297,7 @@ func countWork(trace string) createWork {
 
 func TestCountWork(t *testing.T) {
 	trace := `100 clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM|CLONE_SETTLS, child_tid=0x1}, 88) = 101
-100 clone(child_stack=NULL, flags=CLONE_NEWNS|CLONE_NEWUSER|SIGCHLD) = 102
+100 clone(child_stack=NULL, flags=CLONE_NEWNS|CLONE_NEWUSER|CLONE_NEWNET|SIGCHLD) = 102
 102 execve("/proc/self/fd/9", ["sbx", "__sbx_init", "x"], 0x1 /* 6 vars */) = 0
 102 mount("overlay", "root", "overlay", MS_NOSUID|MS_NODEV, "lowerdir=...") = 0
 102 open_tree(9, "", OPEN_TREE_CLONE) = 3
@@ -290,6 +305,8 @@ func TestCountWork(t *testing.T) {
 102 <... mkdirat resumed>) = 0
 103 execve("/usr/bin/true", ["true"], 0x1 /* 4 vars */) = 0
 102 unshare(CLONE_FS) = 0
+105 unshare(CLONE_NEWNET <unfinished ...>
+105 <... unshare resumed>) = 0
 102 prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) = 1
 104 prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) = 0
 102 write(4<UNIX-STREAM:[81424->81425]>, "HTTP/1.1 200 OK\r\n"..., 194) = 194
@@ -300,7 +317,7 @@ func TestCountWork(t *testing.T) {
 100 ioctl(5</data/backends/native/disk>, BTRFS_IOC_SNAP_DESTROY, {fd=0</dev/null<char 1:3>>, name="x"}) = 0
 102 +++ exited with 0 +++`
 	got := countWork(trace)
-	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NoNewPrivs: 1, Replies: 1, Subvolumes: 2}
+	want := createWork{GoStarts: 1, Processes: 1, Execs: 2, Mounts: 2, Mkdirs: 1, Unshares: 1, NetNamespaces: 2, NoNewPrivs: 1, Replies: 1, Subvolumes: 2}
 	if got != want {
 		t.Errorf("countWork = %+v, want %+v", got, want)
 	}
