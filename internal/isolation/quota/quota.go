@@ -115,6 +115,7 @@ type Pool struct {
 	mu        sync.Mutex
 	spares    []string // guarded by mu: emptied subvolumes kept (spare.go)
 	maxSpares int      // guarded by mu
+	spareSeq  uint64   // guarded by mu: the next spare's number
 	pending   bool     // guarded by mu: a release since the trimmer's sleep began
 	trimming  bool     // guarded by mu: the trimmer runs
 	stopped   bool     // guarded by mu

@@ -111,8 +111,8 @@ func (p *Pool) empty(name string) (string, error) {
 	if st.Ino != subvolumeRootIno {
 		return "", fmt.Errorf("%s is not a subvolume", path)
 	}
-	budget := spareMaxEntries
-	if err := clearDir(fd, &budget); err != nil {
+	c := clearer{budget: spareMaxEntries, buf: make([]byte, 8192)}
+	if err := c.clearDir(fd); err != nil {
 		return "", fmt.Errorf("emptying %s: %w", path, err)
 	}
 	if used, err := p.Used(path); err != nil || used > spareMaxBytes {
@@ -124,36 +124,47 @@ func (p *Pool) empty(name string) (string, error) {
 	if err := unix.Fchmod(fd, 0o700); err != nil {
 		return "", err
 	}
-	for i := 0; ; i++ {
-		spare := SparePrefix + strconv.Itoa(i)
+	for {
+		p.mu.Lock()
+		spare := SparePrefix + strconv.FormatUint(p.spareSeq, 10)
+		p.spareSeq++
+		p.mu.Unlock()
 		err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, filepath.Join(p.mnt, spare), unix.RENAME_NOREPLACE)
 		if err == nil {
 			return spare, nil
 		}
-		if !errors.Is(err, unix.EEXIST) {
+		if !errors.Is(err, unix.EEXIST) { // EEXIST: another pool's (a test's) spare
 			return "", err
 		}
 	}
 }
 
+// clearer empties a subvolume: at most budget entries unlinked, directories
+// read into buf (one for the whole tree: names are copied out before a
+// subdirectory is read).
+type clearer struct {
+	budget int
+	buf    []byte
+}
+
 // clearDir unlinks every entry of the directory dir, depth first, each
 // through its parent's descriptor (nothing is followed), taking one from
-// *budget per entry. It reads the directory again after unlinking what it
-// read, until nothing is left.
-func clearDir(dir int, budget *int) error {
+// the budget per entry. It reads the directory again after unlinking what
+// it read, until nothing is left.
+func (c *clearer) clearDir(dir int) error {
 	for {
-		names, err := readNames(dir)
+		names, err := c.readNames(dir)
 		if err != nil || len(names) == 0 {
 			return err
 		}
 		for _, name := range names {
-			if *budget <= 0 {
+			if c.budget <= 0 {
 				return errManyEntries
 			}
-			*budget--
+			c.budget--
 			err := unix.Unlinkat(dir, name, 0)
 			if errors.Is(err, unix.EISDIR) {
-				err = clearSubdir(dir, name, budget)
+				err = c.clearSubdir(dir, name)
 			}
 			if err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("%s: %w", name, err)
@@ -164,12 +175,12 @@ func clearDir(dir int, budget *int) error {
 
 // clearSubdir empties and removes the directory name in dir. A mount
 // point or a nested subvolume's root refuses (EBUSY, EPERM).
-func clearSubdir(dir int, name string, budget *int) error {
+func (c *clearer) clearSubdir(dir int, name string) error {
 	sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	err = clearDir(sub, budget)
+	err = c.clearDir(sub)
 	unix.Close(sub)
 	if err != nil {
 		return err
@@ -178,21 +189,20 @@ func clearSubdir(dir int, name string, budget *int) error {
 }
 
 // readNames lists the directory dir's entries but . and .., from its start.
-func readNames(dir int) ([]string, error) {
+func (c *clearer) readNames(dir int) ([]string, error) {
 	if _, err := unix.Seek(dir, 0, 0); err != nil {
 		return nil, err
 	}
 	var names []string
-	buf := make([]byte, 8192)
 	for {
-		n, err := unix.Getdents(dir, buf)
+		n, err := unix.Getdents(dir, c.buf)
 		if err != nil {
 			return nil, err
 		}
 		if n <= 0 {
 			return names, nil
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		_, _, names = unix.ParseDirent(c.buf[:n], -1, names)
 	}
 }
 

@@ -152,7 +152,7 @@ func TestSpares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := entries(t, p); !slices.Equal(got, []string{"spare-0", "spare-1"}) {
+	if got := entries(t, p); !slices.Equal(got, []string{"spare-1", "spare-2"}) {
 		t.Errorf("after releasing three with room for two: %v", got)
 	}
 
