@@ -61,9 +61,8 @@ func (l *Layout) KeepSpares(n int) {
 // groups, is a spare's.
 func IsSpare(name string) bool { return strings.HasPrefix(name, SparePrefix) }
 
-// reusable lists, for each directory of g, whether it may be kept and taken
-// as a spare: a v1 directory that only memory, cpu or cpuacct are mounted
-// in.
+// reusable reports whether dir, a directory of g, may be kept and taken as
+// a spare: a v1 directory that only memory, cpu or cpuacct are mounted in.
 func (g *Group) reusable(dir string) bool {
 	if g.layout.spares == nil || dir == g.v2 {
 		return false
