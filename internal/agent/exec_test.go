@@ -75,6 +75,8 @@ func TestExecStream(t *testing.T) {
 	a := startAgent(t, boot.AgentConfig{})
 	var events []sandbox.ExecEvent
 	res, err := a.cl.Exec(t.Context(), sandbox.ExecRequest{Shell: "echo a; echo b >&2; echo c"}, true, func(ev sandbox.ExecEvent) error {
+		// An event's output is the stream's again once this returns.
+		ev.Stdout, ev.Stderr = bytes.Clone(ev.Stdout), bytes.Clone(ev.Stderr)
 		events = append(events, ev)
 		return nil
 	})

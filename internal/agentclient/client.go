@@ -314,9 +314,21 @@ func (c *Client) follow(op string, st *connect.ServerStreamForClient[pb.ExecEven
 		}
 		return onEvent(ev)
 	}
+	conn, err := st.Conn()
+	if err != nil {
+		return nil, c.wrap(op, err)
+	}
+	events := eventReader{conn: conn}
 	started := false
-	for st.Receive() {
-		switch ev := st.Msg().GetEvent().(type) {
+	for {
+		msg, err := events.next()
+		if errEnd(err) {
+			break
+		}
+		if err != nil {
+			return nil, c.wrap(op, err)
+		}
+		switch ev := msg.GetEvent().(type) {
 		case *pb.ExecEvent_Started:
 			started = true
 			info.ID, info.PID, info.StartedAt = ev.Started.GetId(), int(ev.Started.GetPid()), time.Now()
@@ -354,9 +366,6 @@ func (c *Client) follow(op string, st *connect.ServerStreamForClient[pb.ExecEven
 			}
 			return res, nil
 		}
-	}
-	if err := st.Err(); err != nil {
-		return nil, c.wrap(op, err)
 	}
 	return nil, &sandbox.Error{Op: op, ID: c.id, Err: fmt.Errorf("%w: the agent ended the stream without a result", sandbox.ErrAgentLost)}
 }

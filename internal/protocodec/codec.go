@@ -83,8 +83,18 @@ func (Codec) MarshalStable(msg any) ([]byte, error) {
 // IsBinary implements Connect's stable codec.
 func (Codec) IsBinary() bool { return true }
 
+// Decoder is a destination that decodes a message itself, from either kind
+// of peer: Unmarshal hands it the message's bytes, which belong to the
+// caller's buffer and must not be kept.
+type Decoder interface {
+	DecodeProto(b []byte) error
+}
+
 // Unmarshal implements connect.Codec: msg is reset, then decoded from b.
 func (c Codec) Unmarshal(b []byte, msg any) error {
+	if d, ok := msg.(Decoder); ok {
+		return d.DecodeProto(b)
+	}
 	m, vt := msg.(vtMessage)
 	switch {
 	case vt && !c.Untrusted:

@@ -114,6 +114,9 @@ type ExecResult struct {
 }
 
 // ExecEvent is one event of a streamed exec: exactly one field is set.
+// Stdout and Stderr are the caller's to read during the callback that
+// receives the event only: the stream reuses their buffer for the next
+// chunk, so a consumer that keeps output copies it.
 type ExecEvent struct {
 	Started *ProcessInfo
 	Stdout  []byte
