@@ -19,9 +19,9 @@ import (
 // (the bulk of a stream: a build's log, a file cat'ed) is decoded into a
 // buffer and messages the reader keeps, so a long stream allocates nothing
 // per chunk: with a fresh 256 KiB copy per chunk, allocating and collecting
-// them was a quarter of the daemon's CPU while it streamed. So an output event's data
-// is valid only until the next read; every consumer of sandbox.ExecEvent
-// writes it out before it returns (see there).
+// them was a quarter of the daemon's CPU while it streamed. So an output
+// event's data is valid only until the next read; every consumer of
+// sandbox.ExecEvent writes it out before it returns (see there).
 type eventReader struct {
 	conn connect.StreamingClientConn
 	ev   *pb.ExecEvent // what the last DecodeProto decoded
