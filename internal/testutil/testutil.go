@@ -199,3 +199,17 @@ func Pending(t testing.TB, rel string) bool {
 	}
 	return bytes.Contains(b, []byte(`panic("unimplemented")`))
 }
+
+// DirNames lists the names in dir, sorted; an error fails t.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}

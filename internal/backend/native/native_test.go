@@ -485,17 +485,7 @@ sleep 30`
 // dir again (a restarted daemon) removes what an earlier one kept.
 func TestSpareDirs(t *testing.T) {
 	d, _ := openTest(t, "/bin/sleep", "1000")
-	pooled := func() []string {
-		ents, err := os.ReadDir(d.pool.Dir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range ents {
-			out = append(out, e.Name())
-		}
-		return out
-	}
+	pooled := func() []string { return testutil.DirNames(t, d.pool.Dir()) }
 	a := sandbox.NewID()
 	if _, err := d.Start(t.Context(), spec(a)); err != nil {
 		t.Fatalf("Start = %v", err)

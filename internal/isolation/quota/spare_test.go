@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"sbx.dev/sbx/internal/testutil"
 )
 
 // treeID is the id of the subvolume at path: the same id is the same
@@ -30,15 +32,7 @@ func treeID(t *testing.T, path string) uint64 {
 // entries lists the pool's directory.
 func entries(t *testing.T, p *Pool) []string {
 	t.Helper()
-	ents, err := os.ReadDir(p.Dir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
+	return testutil.DirNames(t, p.Dir())
 }
 
 // sandboxTree writes what a sandbox's directory holds after a short life,
