@@ -337,12 +337,18 @@ func sysfsDir(fd int) (string, error) {
 	return fmt.Sprintf("/sys/fs/btrfs/%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), nil
 }
 
+// validName reports whether name can name an entry of the pool's
+// directory: one component, not . or .., at most 255 bytes.
+func validName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\x00") && len(name) <= 255 && name != "." && name != ".."
+}
+
 // Create makes name, a directory of the pool, as a subvolume whose quota
 // group is limited to maxBytes (0: no limit), and returns its path: a spare
 // renamed (Release keeps them), owned by root, mode 0700 and empty, when
 // there is one, else a new subvolume.
 func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
-	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 || IsSpare(name) {
+	if !validName(name) || IsSpare(name) {
 		return "", fmt.Errorf("disk quota: bad subvolume name %q", name)
 	}
 	if path, err := p.takeSpare(name); err != nil {
@@ -385,7 +391,7 @@ func (p *Pool) Create(name string, maxBytes uint64) (string, error) {
 // directory) or that the kernel will not delete is removed file by file.
 // Removing what does not exist is not an error.
 func (p *Pool) Remove(name string) error {
-	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 255 || name == "." || name == ".." {
+	if !validName(name) {
 		return fmt.Errorf("disk quota: bad subvolume name %q", name)
 	}
 	path := filepath.Join(p.mnt, name)

@@ -53,7 +53,7 @@ func (p *Pool) KeepSpares(n int) {
 // nested subvolume or a mount, a count too high) deletes it. Either way the
 // space it freed goes back to the host later (Released).
 func (p *Pool) Release(name string) error {
-	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." || IsSpare(name) {
+	if !validName(name) || IsSpare(name) {
 		return fmt.Errorf("disk quota: bad subvolume name %q", name)
 	}
 	if err := p.keepOrRemove(name); err != nil {
